@@ -1,0 +1,180 @@
+//! The production disk: glommio `DmaFile`s (O_DIRECT through io_uring).
+//!
+//! Must be used from inside a glommio executor; owned by the shard of that
+//! executor. Data is written with `DmaFile::write_at`. How fdatasync is issued
+//! is a measured choice (docs/decisions/0002-fdatasync-path.md): by default it
+//! runs on glommio's blocking thread pool, because glommio 0.9's own
+//! `DmaFile::fdatasync` keeps the executor spinning while the flush runs.
+
+use super::{Disk, DiskFile};
+use glommio::io::{DmaFile, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// How fdatasync is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPath {
+    /// `fdatasync(2)` on glommio's blocking thread pool (`spawn_blocking`).
+    #[default]
+    BlockingPool,
+    /// glommio's `DmaFile::fdatasync` (IORING_OP_FSYNC).
+    Uring,
+}
+
+#[derive(Clone)]
+pub struct DmaDisk {
+    dir: Rc<PathBuf>,
+    sync_path: SyncPath,
+}
+
+fn to_io(e: glommio::GlommioError<()>) -> io::Error {
+    e.into()
+}
+
+impl DmaDisk {
+    /// Opens (creating if needed) `dir`. Works around glommio's iopoll probe
+    /// pitfall (glommio-notes pitfall 3): the first `DmaFile` opened on a
+    /// device decides whether reads are polled, and an empty first file makes
+    /// every later read fail with EOPNOTSUPP. So the first file we open is a
+    /// non-empty probe, read back once.
+    pub async fn open(dir: impl AsRef<Path>, sync_path: SyncPath) -> io::Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir)?;
+        let probe = dir.join(".probe");
+        std::fs::write(&probe, vec![0xA5u8; 4096])?;
+        let f = OpenOptions::new().read(true).write(true).dma_open(&probe).await.map_err(to_io)?;
+        let r = f.read_at(0, 512).await.map_err(to_io)?;
+        if r.len() != 512 {
+            return Err(io::Error::other("O_DIRECT probe read came back short"));
+        }
+        f.close().await.map_err(to_io)?;
+        std::fs::remove_file(&probe)?;
+        Ok(DmaDisk { dir: Rc::new(dir), sync_path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    async fn blocking<R: Send + 'static>(f: impl FnOnce() -> io::Result<R> + Send + 'static) -> io::Result<R> {
+        glommio::executor().spawn_blocking(f).await
+    }
+}
+
+impl Disk for DmaDisk {
+    type File = DmaDiskFile;
+
+    async fn create(&self, name: &str) -> io::Result<DmaDiskFile> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .dma_open(&path)
+            .await
+            .map_err(to_io)?;
+        Ok(DmaDiskFile { file: Rc::new(file), sync_path: self.sync_path })
+    }
+
+    async fn open(&self, name: &str) -> io::Result<DmaDiskFile> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new().read(true).write(true).dma_open(&path).await.map_err(to_io)?;
+        Ok(DmaDiskFile { file: Rc::new(file), sync_path: self.sync_path })
+    }
+
+    async fn list(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&*self.dir)? {
+            let e = e?;
+            if e.file_type()?.is_file() {
+                if let Some(n) = e.file_name().to_str() {
+                    out.push(n.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn remove(&self, name: &str) -> io::Result<()> {
+        let p = self.dir.join(name);
+        Self::blocking(move || std::fs::remove_file(p)).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let (a, b) = (self.dir.join(from), self.dir.join(to));
+        Self::blocking(move || std::fs::rename(a, b)).await
+    }
+
+    async fn sync_dir(&self) -> io::Result<()> {
+        let d = (*self.dir).clone();
+        Self::blocking(move || std::fs::File::open(d)?.sync_all()).await
+    }
+
+    fn describe(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+/// An open WAL segment. Owned by the shard's core.
+pub struct DmaDiskFile {
+    file: Rc<DmaFile>,
+    sync_path: SyncPath,
+}
+
+impl DiskFile for DmaDiskFile {
+    fn alignment(&self) -> u64 {
+        self.file.alignment()
+    }
+
+    async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        let mut buf = self.file.alloc_dma_buffer(data.len());
+        buf.as_bytes_mut().copy_from_slice(data);
+        let n = self.file.write_at(buf, pos).await.map_err(to_io)?;
+        if n != data.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short O_DIRECT write: {n} of {} bytes", data.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        let r = self.file.read_at(pos, len).await.map_err(to_io)?;
+        Ok(r.to_vec())
+    }
+
+    async fn sync(&self) -> io::Result<()> {
+        match self.sync_path {
+            SyncPath::Uring => self.file.fdatasync().await.map_err(to_io),
+            SyncPath::BlockingPool => {
+                let fd = self.file.as_raw_fd();
+                // Keep the file open until the blocking call has finished.
+                let _hold = self.file.clone();
+                DmaDisk::blocking(move || {
+                    // SAFETY: fdatasync only takes a descriptor; `_hold` keeps it open.
+                    if unsafe { libc::fdatasync(fd) } == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        self.file.file_size().await.map_err(to_io)
+    }
+
+    async fn allocate(&self, len: u64) -> io::Result<()> {
+        self.file.pre_allocate(len, false).await.map_err(to_io)
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.truncate(len).await.map_err(to_io)
+    }
+}

@@ -1,0 +1,47 @@
+//! The disk beneath a shard's WAL, as a small trait with two implementations:
+//! [`dma::DmaDisk`] (glommio `DmaFile`: O_DIRECT through io_uring) for
+//! production, and [`sim::SimDisk`] (in memory, with a durability model and
+//! fault injection) so queue logic and crash behaviour are testable without
+//! io_uring.
+//!
+//! A `Disk` is rooted at one directory and owned by one shard (one core); its
+//! futures are not `Send`.
+
+pub mod dma;
+pub mod sim;
+
+use std::io;
+
+/// A directory of files.
+#[allow(async_fn_in_trait)] // single-core by design: no Send bounds wanted
+pub trait Disk: Clone + 'static {
+    type File: DiskFile;
+    /// Creates `name`; fails if it already exists.
+    async fn create(&self, name: &str) -> io::Result<Self::File>;
+    /// Opens an existing file for reading and writing.
+    async fn open(&self, name: &str) -> io::Result<Self::File>;
+    /// Names of the files in the directory.
+    async fn list(&self) -> io::Result<Vec<String>>;
+    async fn remove(&self, name: &str) -> io::Result<()>;
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Makes creations, removals and renames durable.
+    async fn sync_dir(&self) -> io::Result<()>;
+    /// A human name for `name` (its full path), for error messages.
+    fn describe(&self, name: &str) -> String;
+}
+
+/// One open file. Writes must be aligned to [`DiskFile::alignment`] in both
+/// position and length (O_DIRECT rules); reads may be unaligned.
+#[allow(async_fn_in_trait)]
+pub trait DiskFile: 'static {
+    fn alignment(&self) -> u64;
+    async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()>;
+    /// Reads up to `len` bytes; fewer only at the end of the file.
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// fdatasync: everything written before the call is durable when it returns.
+    async fn sync(&self) -> io::Result<()>;
+    async fn size(&self) -> io::Result<u64>;
+    /// Reserves space up to `len` bytes (the file grows; new bytes read as zero).
+    async fn allocate(&self, len: u64) -> io::Result<()>;
+    async fn truncate(&self, len: u64) -> io::Result<()>;
+}

@@ -1,0 +1,314 @@
+//! An in-memory disk with a durability model, for tests and benchmarks.
+//!
+//! Each file keeps two images: `live` (what reads see) and `durable` (what
+//! survives a crash). `sync` copies live to durable; `sync_dir` makes the
+//! directory's names durable. [`SimDisk::crash`] returns the disk a restart
+//! would find: the durable images under the durable names, optionally with a
+//! random subset of the unsynced sectors written too (a torn write).
+//! Owned by one thread; clones share the same state.
+
+use super::{Disk, DiskFile};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::rc::Rc;
+
+/// The simulated device's sector: the unit a torn write tears at.
+pub const SIM_SECTOR: u64 = 512;
+
+/// Faults to inject. Each countdown fails the call after that many successes.
+#[derive(Debug, Default, Clone)]
+pub struct Faults {
+    pub fail_sync_after: Option<u64>,
+    pub fail_write_after: Option<u64>,
+    /// `create` and `allocate` fail with ENOSPC.
+    pub no_space: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimStats {
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub syncs: u64,
+}
+
+/// What a crash does to writes that were not synced.
+#[derive(Debug, Clone, Copy)]
+pub enum CrashMode {
+    /// They vanish.
+    LoseUnsynced,
+    /// Each of their sectors independently made it to disk or not.
+    TearUnsynced { seed: u64 },
+}
+
+#[derive(Default)]
+struct Inode {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    unsynced: Vec<(u64, usize)>,
+}
+
+#[derive(Default)]
+struct State {
+    next_ino: u64,
+    inodes: HashMap<u64, Inode>,
+    live_names: BTreeMap<String, u64>,
+    durable_names: BTreeMap<String, u64>,
+    faults: Faults,
+    stats: SimStats,
+}
+
+#[derive(Clone, Default)]
+pub struct SimDisk {
+    st: Rc<RefCell<State>>,
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+fn countdown(c: &mut Option<u64>) -> bool {
+    match c {
+        Some(0) => true,
+        Some(n) => {
+            *n -= 1;
+            false
+        }
+        None => false,
+    }
+}
+
+impl SimDisk {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set_faults(&self, f: Faults) {
+        self.st.borrow_mut().faults = f;
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.st.borrow().stats
+    }
+
+    /// The disk a restart after a power loss would see.
+    pub fn crash(&self, mode: CrashMode) -> SimDisk {
+        let st = self.st.borrow();
+        let mut rng = match mode {
+            CrashMode::TearUnsynced { seed } => Some(StdRng::seed_from_u64(seed)),
+            CrashMode::LoseUnsynced => None,
+        };
+        let mut out = State { next_ino: st.next_ino, ..Default::default() };
+        for (name, ino) in &st.durable_names {
+            let node = &st.inodes[ino];
+            let mut data = node.durable.clone();
+            if let Some(rng) = rng.as_mut() {
+                for &(pos, len) in &node.unsynced {
+                    let mut s = pos;
+                    while s < pos + len as u64 {
+                        let e = (s + SIM_SECTOR).min(pos + len as u64);
+                        if rng.gen_bool(0.5) && (e as usize) <= node.live.len() {
+                            if data.len() < e as usize {
+                                data.resize(e as usize, 0);
+                            }
+                            data[s as usize..e as usize].copy_from_slice(&node.live[s as usize..e as usize]);
+                        }
+                        s = e;
+                    }
+                }
+            }
+            out.inodes.insert(*ino, Inode { live: data.clone(), durable: data, unsynced: Vec::new() });
+            out.live_names.insert(name.clone(), *ino);
+            out.durable_names.insert(name.clone(), *ino);
+        }
+        SimDisk { st: Rc::new(RefCell::new(out)) }
+    }
+
+    /// XORs `mask` into one byte of a file, durably (bit rot, a bad sector).
+    pub fn corrupt(&self, name: &str, offset: u64, mask: u8) {
+        let mut st = self.st.borrow_mut();
+        let ino = st.live_names[name];
+        let node = st.inodes.get_mut(&ino).expect("inode");
+        node.live[offset as usize] ^= mask;
+        if (offset as usize) < node.durable.len() {
+            node.durable[offset as usize] ^= mask;
+        }
+    }
+
+    /// Overwrites bytes durably.
+    pub fn overwrite(&self, name: &str, offset: u64, bytes: &[u8]) {
+        let mut st = self.st.borrow_mut();
+        let ino = st.live_names[name];
+        let node = st.inodes.get_mut(&ino).expect("inode");
+        for (img, _) in [(&mut node.live, 0), (&mut node.durable, 1)] {
+            let end = offset as usize + bytes.len();
+            if img.len() < end {
+                img.resize(end, 0);
+            }
+            img[offset as usize..end].copy_from_slice(bytes);
+        }
+    }
+
+    pub fn file_bytes(&self, name: &str) -> Option<Vec<u8>> {
+        let st = self.st.borrow();
+        st.live_names.get(name).map(|i| st.inodes[i].live.clone())
+    }
+
+    pub fn file_names(&self) -> Vec<String> {
+        self.st.borrow().live_names.keys().cloned().collect()
+    }
+
+    /// Total bytes of all files (their logical sizes).
+    pub fn total_bytes(&self) -> u64 {
+        let st = self.st.borrow();
+        st.live_names.values().map(|i| st.inodes[i].live.len() as u64).sum()
+    }
+}
+
+impl Disk for SimDisk {
+    type File = SimFile;
+
+    async fn create(&self, name: &str) -> io::Result<SimFile> {
+        let mut st = self.st.borrow_mut();
+        if st.faults.no_space {
+            return Err(enospc());
+        }
+        if st.live_names.contains_key(name) {
+            return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+        }
+        st.next_ino += 1;
+        let ino = st.next_ino;
+        st.inodes.insert(ino, Inode::default());
+        st.live_names.insert(name.to_string(), ino);
+        Ok(SimFile { disk: self.clone(), ino })
+    }
+
+    async fn open(&self, name: &str) -> io::Result<SimFile> {
+        let st = self.st.borrow();
+        let ino = *st.live_names.get(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(SimFile { disk: self.clone(), ino })
+    }
+
+    async fn list(&self) -> io::Result<Vec<String>> {
+        Ok(self.file_names())
+    }
+
+    async fn remove(&self, name: &str) -> io::Result<()> {
+        let mut st = self.st.borrow_mut();
+        st.live_names.remove(name).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut st = self.st.borrow_mut();
+        let ino = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.live_names.insert(to.to_string(), ino);
+        Ok(())
+    }
+
+    async fn sync_dir(&self) -> io::Result<()> {
+        let mut st = self.st.borrow_mut();
+        st.durable_names = st.live_names.clone();
+        Ok(())
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("sim:{name}")
+    }
+}
+
+/// A handle on a simulated file; valid after the name is removed, as on Unix.
+pub struct SimFile {
+    disk: SimDisk,
+    ino: u64,
+}
+
+impl SimFile {
+    fn with<R>(&self, f: impl FnOnce(&mut Inode) -> R) -> R {
+        let mut st = self.disk.st.borrow_mut();
+        f(st.inodes.get_mut(&self.ino).expect("inode of an open file"))
+    }
+}
+
+impl DiskFile for SimFile {
+    fn alignment(&self) -> u64 {
+        SIM_SECTOR
+    }
+
+    async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        assert!(pos.is_multiple_of(SIM_SECTOR) && (data.len() as u64).is_multiple_of(SIM_SECTOR), "unaligned O_DIRECT write");
+        {
+            let mut st = self.disk.st.borrow_mut();
+            if countdown(&mut st.faults.fail_write_after) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            st.stats.writes += 1;
+            st.stats.bytes_written += data.len() as u64;
+        }
+        self.with(|n| {
+            let end = pos as usize + data.len();
+            if n.live.len() < end {
+                n.live.resize(end, 0);
+            }
+            n.live[pos as usize..end].copy_from_slice(data);
+            n.unsynced.push((pos, data.len()));
+        });
+        Ok(())
+    }
+
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        Ok(self.with(|n| {
+            let s = (pos as usize).min(n.live.len());
+            let e = (pos as usize + len).min(n.live.len());
+            n.live[s..e].to_vec()
+        }))
+    }
+
+    async fn sync(&self) -> io::Result<()> {
+        // Let other tasks run while the "device" flushes, so group commit has
+        // something to group, as on a real disk.
+        futures_lite::future::yield_now().await;
+        {
+            let mut st = self.disk.st.borrow_mut();
+            if countdown(&mut st.faults.fail_sync_after) {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            st.stats.syncs += 1;
+        }
+        self.with(|n| {
+            // Copy only what changed: segments are large and syncs frequent.
+            n.durable.resize(n.live.len(), 0);
+            for (pos, len) in n.unsynced.drain(..) {
+                let s = (pos as usize).min(n.live.len());
+                let e = (pos as usize + len).min(n.live.len());
+                n.durable[s..e].copy_from_slice(&n.live[s..e]);
+            }
+        });
+        Ok(())
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        Ok(self.with(|n| n.live.len() as u64))
+    }
+
+    async fn allocate(&self, len: u64) -> io::Result<()> {
+        if self.disk.st.borrow().faults.no_space {
+            return Err(enospc());
+        }
+        self.with(|n| {
+            if (n.live.len() as u64) < len {
+                n.live.resize(len as usize, 0);
+            }
+        });
+        Ok(())
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        self.with(|n| {
+            n.live.truncate(len as usize);
+            n.unsynced.retain(|&(p, _)| p < len);
+        });
+        Ok(())
+    }
+}

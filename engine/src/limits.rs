@@ -1,0 +1,59 @@
+//! Every limit Hematite enforces, in one place.
+//!
+//! Azure's limits come from `azure-queue-api.md` (§0, §3); the engine's own
+//! limits are sized for this machine (`machine-limits.md`). Other modules refer
+//! to these constants instead of repeating numbers.
+
+/// Largest message text, in UTF-8 bytes of the unescaped `MessageText` (§3.4).
+pub const MAX_MESSAGE_BYTES: usize = 65_536;
+/// Largest whole HTTP body Azure accepts on Put/Update Message (§2.12).
+pub const MAX_REQUEST_BODY_BYTES: usize = 131_584;
+/// `numofmessages` range for Get and Peek Messages.
+pub const MIN_NUM_OF_MESSAGES: i64 = 1;
+pub const MAX_NUM_OF_MESSAGES: i64 = 32;
+/// Longest visibility timeout, in seconds (7 days).
+pub const MAX_VISIBILITY_TIMEOUT_SECS: i64 = 604_800;
+/// Get Messages' default visibility timeout, in seconds.
+pub const DEFAULT_GET_VISIBILITY_TIMEOUT_SECS: i64 = 30;
+/// Default message TTL, in seconds (7 days).
+pub const DEFAULT_MESSAGE_TTL_SECS: i64 = 604_800;
+/// Largest finite TTL (any positive int32 since 2017-07-29).
+pub const MAX_MESSAGE_TTL_SECS: i64 = i32::MAX as i64;
+/// The instant Azure shows for messages that never expire: 9999-12-31T23:59:59Z,
+/// in milliseconds since the Unix epoch. Enormous finite TTLs are capped here too.
+pub const EXPIRY_NEVER_MS: u64 = 253_402_300_799_000;
+/// Queue name length (§3.1).
+pub const MIN_QUEUE_NAME_LEN: usize = 3;
+pub const MAX_QUEUE_NAME_LEN: usize = 63;
+/// Total metadata size, names plus values (§3.2).
+pub const MAX_METADATA_BYTES: usize = 8_192;
+/// Stored access policies per queue, and the length of their ids (§2.11).
+pub const MAX_SIGNED_IDENTIFIERS: usize = 5;
+pub const MAX_SIGNED_IDENTIFIER_ID_LEN: usize = 64;
+/// List Queues page size: default and cap (§2.1).
+pub const MAX_LIST_RESULTS: usize = 5_000;
+
+/// Bytes reserved at the start of each segment for its header. One 4 KiB block,
+/// so records start aligned for any device block size up to 4 KiB.
+pub const SEGMENT_HEADER_LEN: u64 = 4096;
+/// Largest record body the WAL will frame. A full-state message record is the
+/// biggest: 64 KiB of text plus ids and times. Anything larger on disk is corruption.
+pub const MAX_RECORD_BODY: usize = 128 * 1024;
+/// Default segment size at which the writer rotates.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest segment size accepted (tests use small segments to exercise rotation).
+pub const MIN_SEGMENT_BYTES: u64 = 64 * 1024;
+/// Default size of the per-shard message body cache.
+pub const DEFAULT_BODY_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// A group commit closes its batch at this many bytes; later records wait for
+/// the next commit. Bounds the size of one write and of one DMA buffer.
+pub const MAX_COMMIT_BYTES: usize = 4 * 1024 * 1024;
+/// Recovery reads segments in windows of this size.
+pub const RECOVERY_READ_WINDOW: usize = 1024 * 1024;
+/// Compaction: the WAL may hold this many times the live bytes (plus one
+/// segment of slack) before the oldest segment is rewritten regardless of how
+/// much of it is still live.
+pub const COMPACTION_SPACE_FACTOR: u64 = 4;
+/// Compaction: a sealed segment whose live fraction is at or below this
+/// (percent) is rewritten as soon as it is the oldest one.
+pub const COMPACTION_LIVE_PERCENT: u64 = 50;

@@ -1,0 +1,921 @@
+//! The `Shard`: one core's queues, their message tables and visibility
+//! indexes, and the WAL that makes them durable. Every queue operation is a
+//! method here, with Azure's rules and limits (azure-queue-api.md §2.6–2.17, §3).
+//!
+//! Owned by exactly one core. Methods take `&self` because requests on that
+//! core interleave at await points; state changes happen synchronously
+//! between awaits, so each operation is atomic with respect to the others.
+//!
+//! Every mutation follows one pattern ([`Shard::mutate`]): reserve WAL space,
+//! then, without awaiting, validate against current state, append the
+//! record and apply it to memory; then await the group commit. A response is
+//! sent only after the fdatasync that covers it. Reads wait until the newest
+//! record that touched their queue is durable, so no answer ever shows state
+//! that a crash could take back.
+
+use crate::body_cache::BodyCache;
+use crate::clock::Clock;
+use crate::disk::{Disk, DiskFile};
+use crate::error::{QueueError, StorageError};
+use crate::limits::*;
+use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, SignedIdentifier};
+use crate::queue::{BodyLoc, Message, Queue};
+use crate::wal::frame::FRAME_HEADER_LEN;
+use crate::wal::record::{Dequeued, MessageState, Record, MESSAGE_STATE_FIXED};
+use crate::wal::{RecordPos, RecoveryMode, RecoveryReport, SegmentStat, Wal, WalConfig};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy)]
+pub struct ShardConfig {
+    pub shard_id: u32,
+    /// WAL segment size at which the writer rotates.
+    pub segment_bytes: u64,
+    /// Bytes of message bodies kept in memory.
+    pub body_cache_bytes: usize,
+    pub recovery: RecoveryMode,
+    /// Azurite compatibility: answer a stale pop receipt with 400
+    /// `PopReceiptMismatch` instead of Azure's 404 `MessageNotFound`.
+    pub stale_receipt_is_mismatch: bool,
+}
+
+impl ShardConfig {
+    pub fn new(shard_id: u32) -> Self {
+        ShardConfig {
+            shard_id,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
+            recovery: RecoveryMode::Strict,
+            stale_receipt_is_mismatch: false,
+        }
+    }
+}
+
+/// Create Queue's two successes (§2.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// 201
+    New,
+    /// 204: it already existed with the same metadata.
+    AlreadyExisted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueProperties {
+    pub metadata: Metadata,
+    pub approximate_message_count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueListing {
+    pub name: String,
+    pub metadata: Metadata,
+}
+
+/// Put Message's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutReceipt {
+    pub id: Uuid,
+    pub inserted_ms: u64,
+    pub expires_ms: u64,
+    pub pop_receipt: String,
+    pub visible_ms: u64,
+}
+
+/// A message as Get Messages returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    pub id: Uuid,
+    pub inserted_ms: u64,
+    pub expires_ms: u64,
+    pub pop_receipt: String,
+    pub visible_ms: u64,
+    pub dequeue_count: u64,
+    pub text: String,
+}
+
+/// A message as Peek Messages returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekedMessage {
+    pub id: Uuid,
+    pub inserted_ms: u64,
+    pub expires_ms: u64,
+    pub dequeue_count: u64,
+    pub text: String,
+}
+
+/// Update Message's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateReceipt {
+    pub pop_receipt: String,
+    pub visible_ms: u64,
+}
+
+/// What one [`Shard::maintenance`] call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    pub expired: u64,
+    pub segments_removed: u64,
+    pub records_rewritten: u64,
+}
+
+/// A full, canonical view of one queue, for tests and tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDump {
+    pub metadata: Metadata,
+    pub acl: Vec<SignedIdentifier>,
+    /// Sorted by (visible-at, seq).
+    pub messages: Vec<(Message, String)>,
+}
+
+struct State {
+    queues: HashMap<u64, Queue>,
+    names: BTreeMap<(String, String), u64>,
+    /// Source of queue ids, message sequence numbers and receipt nonces.
+    /// Recovered as one more than the largest seen.
+    next_id: u64,
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn lookup(&self, account: &str, name: &str) -> Option<u64> {
+        self.names.get(&(account.to_string(), name.to_string())).copied()
+    }
+
+    fn queue_mut(&mut self, account: &str, name: &str) -> Result<&mut Queue, QueueError> {
+        let qid = self.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+        Ok(self.queues.get_mut(&qid).expect("named queue exists"))
+    }
+
+    /// Applies one replayed record.
+    fn replay(&mut self, rec: Record, pos: RecordPos) {
+        let bump = |next: &mut u64, v: u64| *next = (*next).max(v + 1);
+        match rec {
+            Record::QueueDefined { qid, account, name, metadata, acl } => {
+                bump(&mut self.next_id, qid);
+                let q = self.queues.entry(qid).or_insert_with(|| Queue::new(qid, account.clone(), name.clone(), Metadata::default()));
+                q.metadata = metadata;
+                q.acl = acl;
+                q.def_seg = pos.seg;
+                q.def_frame_len = pos.frame_len;
+                self.names.insert((account, name), qid);
+            }
+            Record::QueueDeleted { qid } => {
+                if let Some(q) = self.queues.remove(&qid) {
+                    self.names.remove(&(q.account, q.name));
+                }
+            }
+            Record::MessagePut(m) | Record::MessageRewritten(m) | Record::MessageReplaced(m) => {
+                for v in [m.qid, m.seq, m.receipt] {
+                    bump(&mut self.next_id, v);
+                }
+                if let Some(q) = self.queues.get_mut(&m.qid) {
+                    q.upsert(message_from_state(&m, pos));
+                }
+            }
+            Record::MessagesDequeued { qid, visible_ms, entries } => {
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    for e in entries {
+                        bump(&mut self.next_id, e.receipt);
+                        if q.get(e.seq).is_some() {
+                            q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
+                        }
+                    }
+                }
+            }
+            Record::MessageVisibility { qid, seq, visible_ms, receipt } => {
+                bump(&mut self.next_id, receipt);
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    if q.get(seq).is_some() {
+                        q.set_visibility(seq, visible_ms, receipt, None);
+                    }
+                }
+            }
+            Record::MessageDeleted { qid, seq } => {
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    q.remove(seq);
+                }
+            }
+            Record::QueueCleared { qid } => {
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    q.clear();
+                }
+            }
+            Record::Commit { .. } | Record::SegmentEnd => unreachable!("recovery passes only state records"),
+        }
+    }
+}
+
+fn message_from_state(m: &MessageState, pos: RecordPos) -> Message {
+    Message {
+        id: Uuid::from_bytes(m.id),
+        seq: m.seq,
+        inserted_ms: m.inserted_ms,
+        expires_ms: m.expires_ms,
+        visible_ms: m.visible_ms,
+        dequeue_count: m.dequeue_count,
+        receipt: m.receipt,
+        body: BodyLoc {
+            seg: pos.seg,
+            offset: pos.frame_offset + (FRAME_HEADER_LEN + MESSAGE_STATE_FIXED) as u64,
+            len: m.body.len() as u32,
+            frame_len: pos.frame_len,
+        },
+    }
+}
+
+fn state_of(qid: u64, m: &Message, body: Vec<u8>) -> MessageState {
+    MessageState {
+        qid,
+        seq: m.seq,
+        id: *m.id.as_bytes(),
+        inserted_ms: m.inserted_ms,
+        expires_ms: m.expires_ms,
+        visible_ms: m.visible_ms,
+        dequeue_count: m.dequeue_count,
+        receipt: m.receipt,
+        body,
+    }
+}
+
+fn check_range(name: &'static str, v: i64, min: i64, max: i64) -> Result<i64, QueueError> {
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(QueueError::out_of_range(name, v, min, max))
+    }
+}
+
+fn check_text(text: &str) -> Result<(), QueueError> {
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(QueueError::RequestBodyTooLarge { max_limit: MAX_MESSAGE_BYTES });
+    }
+    Ok(())
+}
+
+fn secs_after(now_ms: u64, secs: i64) -> u64 {
+    now_ms.saturating_add(secs as u64 * 1000).min(EXPIRY_NEVER_MS)
+}
+
+/// A body to return: either already in memory, or where to read it.
+enum BodySource<F> {
+    Cached(Rc<[u8]>),
+    // The file handle is taken while the message is known live, so the read
+    // works even if compaction removes the segment in the meantime.
+    Disk(Rc<F>, BodyLoc),
+}
+
+pub struct Shard<D: Disk> {
+    wal: Wal<D>,
+    clock: Rc<dyn Clock>,
+    cfg: ShardConfig,
+    st: RefCell<State>,
+    cache: RefCell<BodyCache>,
+    recovery: RecoveryReport,
+    compacting: Cell<bool>,
+}
+
+impl<D: Disk> Shard<D> {
+    /// Recovers the shard from `disk` and opens it for requests.
+    pub async fn open(disk: D, cfg: ShardConfig, clock: Rc<dyn Clock>) -> Result<Self, StorageError> {
+        let mut state = State { queues: HashMap::new(), names: BTreeMap::new(), next_id: 1 };
+        let wal_cfg = WalConfig { shard_id: cfg.shard_id, segment_bytes: cfg.segment_bytes, recovery: cfg.recovery };
+        let (wal, report) = Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
+        // Expired messages need no record: drop them now. Then every live
+        // record pins its segment.
+        let now = clock.now_ms();
+        for q in state.queues.values_mut() {
+            q.purge_expired(now);
+            q.check_invariants();
+            wal.pin(q.def_seg, q.def_frame_len);
+            for m in q.messages() {
+                wal.pin(m.body.seg, m.body.frame_len);
+            }
+        }
+        tracing::info!(
+            shard = cfg.shard_id,
+            queues = state.queues.len(),
+            segments = report.segments_replayed,
+            records = report.records_replayed,
+            "shard recovered"
+        );
+        Ok(Shard {
+            wal,
+            clock,
+            cfg,
+            st: RefCell::new(state),
+            cache: RefCell::new(BodyCache::new(cfg.body_cache_bytes)),
+            recovery: report,
+            compacting: Cell::new(false),
+        })
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    pub fn wal(&self) -> &Wal<D> {
+        &self.wal
+    }
+
+    pub fn config(&self) -> &ShardConfig {
+        &self.cfg
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Runs one mutation: reserve, then (synchronously) validate + append +
+    /// apply in `f`, which returns its answer and the LSN to wait for; then
+    /// wait for the group commit that makes it durable.
+    async fn mutate<T>(&self, f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>) -> Result<T, QueueError> {
+        self.wal.reserve(self.now()).await?;
+        let (out, lsn) = {
+            let mut st = self.st.borrow_mut();
+            f(&mut st, &self.wal, self.now())?
+        };
+        self.wal.wait_durable(lsn).await?;
+        Ok(out)
+    }
+
+    /// Waits until everything a read of `qid` could show is durable.
+    async fn settle(&self, lsn: u64) -> Result<(), QueueError> {
+        self.wal.wait_durable(lsn).await.map_err(QueueError::from)
+    }
+
+    fn unpin_message(&self, m: &Message) {
+        self.wal.unpin(m.body.seg, m.body.frame_len);
+        self.cache.borrow_mut().remove((m.body.seg, m.body.offset));
+    }
+
+    fn purge(&self, q: &mut Queue, now: u64) -> u64 {
+        let gone = q.purge_expired(now);
+        for m in &gone {
+            self.unpin_message(m);
+        }
+        gone.len() as u64
+    }
+
+    // ----- queues -----
+
+    pub async fn create_queue(&self, account: &str, name: &str, metadata: Metadata) -> Result<Created, QueueError> {
+        validate_queue_name(name)?;
+        metadata.validate()?;
+        let existing = {
+            let st = self.st.borrow();
+            st.lookup(account, name).map(|qid| {
+                let q = &st.queues[&qid];
+                (q.metadata.equivalent(&metadata), q.last_lsn)
+            })
+        };
+        if let Some((same, lsn)) = existing {
+            self.settle(lsn).await?;
+            return if same { Ok(Created::AlreadyExisted) } else { Err(QueueError::QueueAlreadyExists) };
+        }
+        let account = account.to_string();
+        let name = name.to_string();
+        let created = self
+            .mutate(|st, wal, _| {
+                // Someone may have created it while we waited for space.
+                if let Some(qid) = st.lookup(&account, &name) {
+                    let q = &st.queues[&qid];
+                    let out = if q.metadata.equivalent(&metadata) { Ok(Created::AlreadyExisted) } else { Err(QueueError::QueueAlreadyExists) };
+                    return Ok((out, q.last_lsn));
+                }
+                let qid = st.id();
+                let pos = wal.append(&Record::QueueDefined {
+                    qid,
+                    account: account.clone(),
+                    name: name.clone(),
+                    metadata: metadata.clone(),
+                    acl: Vec::new(),
+                })?;
+                wal.pin(pos.seg, pos.frame_len);
+                let mut q = Queue::new(qid, account.clone(), name.clone(), metadata);
+                q.def_seg = pos.seg;
+                q.def_frame_len = pos.frame_len;
+                q.last_lsn = pos.lsn;
+                st.queues.insert(qid, q);
+                st.names.insert((account, name), qid);
+                Ok((Ok(Created::New), pos.lsn))
+            })
+            .await?;
+        created
+    }
+
+    pub async fn delete_queue(&self, account: &str, name: &str) -> Result<(), QueueError> {
+        self.mutate(|st, wal, _| {
+            let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+            let pos = wal.append(&Record::QueueDeleted { qid })?;
+            let mut q = st.queues.remove(&qid).expect("named queue exists");
+            st.names.remove(&(q.account.clone(), q.name.clone()));
+            wal.unpin(q.def_seg, q.def_frame_len);
+            for m in q.clear() {
+                self.unpin_message(&m);
+            }
+            Ok(((), pos.lsn))
+        })
+        .await
+    }
+
+    /// Replaces a queue's metadata and/or access policies with one full
+    /// QueueDefined record, so the queue's definition is always in one record.
+    async fn redefine(&self, account: &str, name: &str, change: impl FnOnce(&mut Queue)) -> Result<(), QueueError> {
+        self.mutate(|st, wal, _| {
+            let q = st.queue_mut(account, name)?;
+            change(q);
+            let pos = wal.append(&Record::QueueDefined {
+                qid: q.qid,
+                account: q.account.clone(),
+                name: q.name.clone(),
+                metadata: q.metadata.clone(),
+                acl: q.acl.clone(),
+            })?;
+            wal.unpin(q.def_seg, q.def_frame_len);
+            wal.pin(pos.seg, pos.frame_len);
+            q.def_seg = pos.seg;
+            q.def_frame_len = pos.frame_len;
+            q.last_lsn = pos.lsn;
+            Ok(((), pos.lsn))
+        })
+        .await
+    }
+
+    pub async fn set_metadata(&self, account: &str, name: &str, metadata: Metadata) -> Result<(), QueueError> {
+        metadata.validate()?;
+        self.redefine(account, name, |q| q.metadata = metadata).await
+    }
+
+    pub async fn set_acl(&self, account: &str, name: &str, acl: Vec<SignedIdentifier>) -> Result<(), QueueError> {
+        validate_acl(&acl)?;
+        self.redefine(account, name, |q| q.acl = acl).await
+    }
+
+    /// Reads a queue after its newest record is durable. A missing queue waits
+    /// for everything pending, since its deletion may not be durable yet.
+    async fn read_queue<T>(&self, account: &str, name: &str, f: impl Fn(&mut Queue, u64) -> T) -> Result<T, QueueError> {
+        loop {
+            let lsn = {
+                let st = self.st.borrow();
+                match st.lookup(account, name) {
+                    Some(qid) => st.queues[&qid].last_lsn,
+                    None => self.wal.last_lsn(),
+                }
+            };
+            self.settle(lsn).await?;
+            let now = self.now();
+            let mut st = self.st.borrow_mut();
+            let Some(qid) = st.lookup(account, name) else {
+                if self.wal.durable_lsn() >= self.wal.last_lsn() {
+                    return Err(QueueError::QueueNotFound);
+                }
+                continue;
+            };
+            let q = st.queues.get_mut(&qid).expect("named queue exists");
+            if q.last_lsn > self.wal.durable_lsn() {
+                continue; // changed while we waited
+            }
+            self.purge(q, now);
+            return Ok(f(q, now));
+        }
+    }
+
+    pub async fn get_properties(&self, account: &str, name: &str) -> Result<QueueProperties, QueueError> {
+        self.read_queue(account, name, |q, _| QueueProperties {
+            metadata: q.metadata.clone(),
+            approximate_message_count: q.len() as u64,
+        })
+        .await
+    }
+
+    pub async fn get_acl(&self, account: &str, name: &str) -> Result<Vec<SignedIdentifier>, QueueError> {
+        self.read_queue(account, name, |q, _| q.acl.clone()).await
+    }
+
+    /// Queues of `account` whose names start with `prefix` and are `>= from`,
+    /// in name order, at most `max`. Also returns whether more follow. The
+    /// server merges the pages of all shards (§2.1).
+    pub async fn list_queues(&self, account: &str, prefix: &str, from: Option<&str>, max: usize) -> Result<(Vec<QueueListing>, bool), QueueError> {
+        self.settle(self.wal.last_lsn()).await?;
+        let st = self.st.borrow();
+        let start = match from {
+            Some(f) if f > prefix => f.to_string(),
+            _ => prefix.to_string(),
+        };
+        let mut out = Vec::new();
+        let range = st.names.range((account.to_string(), start)..);
+        for ((acct, name), qid) in range {
+            if acct != account || !name.starts_with(prefix) {
+                break;
+            }
+            if out.len() == max {
+                return Ok((out, true));
+            }
+            out.push(QueueListing { name: name.clone(), metadata: st.queues[qid].metadata.clone() });
+        }
+        Ok((out, false))
+    }
+
+    // ----- messages -----
+
+    pub async fn put_message(&self, account: &str, name: &str, text: String, visibility_timeout: Option<i64>, ttl: Option<i64>) -> Result<PutReceipt, QueueError> {
+        check_text(&text)?;
+        let vt = check_range("visibilitytimeout", visibility_timeout.unwrap_or(0), 0, MAX_VISIBILITY_TIMEOUT_SECS)?;
+        let ttl = ttl.unwrap_or(DEFAULT_MESSAGE_TTL_SECS);
+        if ttl != -1 && !(1..=MAX_MESSAGE_TTL_SECS).contains(&ttl) {
+            return Err(QueueError::InvalidQueryParameterValue {
+                name: "messagettl",
+                value: ttl.to_string(),
+                reason: "Value must be greater than or equal to 1, or -1 to indicate an infinite TTL.".into(),
+            });
+        }
+        if ttl != -1 && vt >= ttl {
+            return Err(QueueError::InvalidQueryParameterValue {
+                name: "visibilitytimeout",
+                value: vt.to_string(),
+                reason: "messagettl must be greater than visibilitytimeout.".into(),
+            });
+        }
+        let body: Rc<[u8]> = Rc::from(text.into_bytes());
+        self.mutate(|st, wal, now| {
+            let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+            let seq = st.id();
+            let receipt = st.id();
+            let expires_ms = if ttl == -1 { EXPIRY_NEVER_MS } else { secs_after(now, ttl) };
+            let state = MessageState {
+                qid,
+                seq,
+                id: *Uuid::new_v4().as_bytes(),
+                inserted_ms: now,
+                expires_ms,
+                visible_ms: secs_after(now, vt),
+                dequeue_count: 0,
+                receipt,
+                body: body.to_vec(),
+            };
+            let pos = wal.append(&Record::MessagePut(state.clone()))?;
+            let m = message_from_state(&state, pos);
+            wal.pin(m.body.seg, m.body.frame_len);
+            self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body.clone());
+            let q = st.queues.get_mut(&qid).expect("named queue exists");
+            q.last_lsn = pos.lsn;
+            let out = PutReceipt {
+                id: m.id,
+                inserted_ms: m.inserted_ms,
+                expires_ms: m.expires_ms,
+                pop_receipt: PopReceipt { nonce: receipt, seq }.encode(),
+                visible_ms: m.visible_ms,
+            };
+            q.upsert(m);
+            Ok((out, pos.lsn))
+        })
+        .await
+    }
+
+    /// Get Messages (§2.13): up to `n` visible messages, each made invisible
+    /// for `visibility_timeout` seconds with a new pop receipt and one more
+    /// dequeue. Durable before it returns, so a receipt handed out survives a crash.
+    pub async fn get_messages(&self, account: &str, name: &str, n: Option<i64>, visibility_timeout: Option<i64>) -> Result<Vec<ReceivedMessage>, QueueError> {
+        let n = check_range("numofmessages", n.unwrap_or(1), MIN_NUM_OF_MESSAGES, MAX_NUM_OF_MESSAGES)? as usize;
+        let vt = check_range("visibilitytimeout", visibility_timeout.unwrap_or(DEFAULT_GET_VISIBILITY_TIMEOUT_SECS), 1, MAX_VISIBILITY_TIMEOUT_SECS)?;
+        let picked = self
+            .mutate(|st, wal, now| {
+                let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+                let first_id = st.next_id;
+                let q = st.queues.get_mut(&qid).expect("named queue exists");
+                self.purge(q, now);
+                let seqs = q.visible(now, n);
+                if seqs.is_empty() {
+                    return Ok((Vec::new(), q.last_lsn));
+                }
+                let visible_ms = secs_after(now, vt);
+                let entries: Vec<Dequeued> = seqs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &seq)| Dequeued {
+                        seq,
+                        dequeue_count: q.get(seq).expect("visible message exists").dequeue_count + 1,
+                        receipt: first_id + i as u64,
+                    })
+                    .collect();
+                let pos = wal.append(&Record::MessagesDequeued { qid, visible_ms, entries: entries.clone() })?;
+                q.last_lsn = pos.lsn;
+                let mut out = Vec::with_capacity(entries.len());
+                for e in &entries {
+                    q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
+                    let m = q.get(e.seq).expect("message exists").clone();
+                    out.push((m, self.body_source(wal, e.seq, q)));
+                }
+                st.next_id += entries.len() as u64;
+                Ok((out, pos.lsn))
+            })
+            .await?;
+        let mut out = Vec::with_capacity(picked.len());
+        for (m, src) in picked {
+            out.push(ReceivedMessage {
+                id: m.id,
+                inserted_ms: m.inserted_ms,
+                expires_ms: m.expires_ms,
+                pop_receipt: PopReceipt { nonce: m.receipt, seq: m.seq }.encode(),
+                visible_ms: m.visible_ms,
+                dequeue_count: m.dequeue_count,
+                text: self.load(src).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn body_source(&self, wal: &Wal<D>, seq: u64, q: &Queue) -> BodySource<D::File> {
+        let loc = q.get(seq).expect("message exists").body;
+        match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
+            Some(b) => BodySource::Cached(b),
+            None => BodySource::Disk(wal.segment_file(loc.seg).expect("a live message's segment exists"), loc),
+        }
+    }
+
+    async fn load(&self, src: BodySource<D::File>) -> Result<String, QueueError> {
+        let bytes = match src {
+            BodySource::Cached(b) => b,
+            BodySource::Disk(file, loc) => {
+                let data = file.read_at(loc.offset, loc.len as usize).await.map_err(|e| QueueError::Internal {
+                    reason: format!("reading a message body from segment {}: {e}", loc.seg),
+                })?;
+                if data.len() != loc.len as usize {
+                    return Err(QueueError::Internal { reason: format!("short read of a message body in segment {}", loc.seg) });
+                }
+                let b: Rc<[u8]> = Rc::from(data);
+                self.cache.borrow_mut().insert((loc.seg, loc.offset), b.clone());
+                b
+            }
+        };
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Peek Messages (§2.14): visible messages, no side effects.
+    pub async fn peek_messages(&self, account: &str, name: &str, n: Option<i64>) -> Result<Vec<PeekedMessage>, QueueError> {
+        let n = check_range("numofmessages", n.unwrap_or(1), MIN_NUM_OF_MESSAGES, MAX_NUM_OF_MESSAGES)? as usize;
+        let picked = self
+            .read_queue(account, name, |q, now| {
+                q.visible(now, n)
+                    .into_iter()
+                    .map(|seq| (q.get(seq).expect("visible message exists").clone(), self.body_source(&self.wal, seq, q)))
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+        let mut out = Vec::with_capacity(picked.len());
+        for (m, src) in picked {
+            out.push(PeekedMessage {
+                id: m.id,
+                inserted_ms: m.inserted_ms,
+                expires_ms: m.expires_ms,
+                dequeue_count: m.dequeue_count,
+                text: self.load(src).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Finds a message by id and checks the receipt is its current one (§3.6).
+    fn find_with_receipt(&self, q: &Queue, id: &str, receipt: &PopReceipt) -> Result<u64, QueueError> {
+        let id = Uuid::parse_str(id).map_err(|_| QueueError::MessageNotFound)?;
+        let m = q.find(&id).ok_or(QueueError::MessageNotFound)?;
+        if m.receipt != receipt.nonce || m.seq != receipt.seq {
+            return Err(if self.cfg.stale_receipt_is_mismatch { QueueError::PopReceiptMismatch } else { QueueError::MessageNotFound });
+        }
+        Ok(m.seq)
+    }
+
+    pub async fn delete_message(&self, account: &str, name: &str, id: &str, pop_receipt: &str) -> Result<(), QueueError> {
+        let receipt = PopReceipt::decode(pop_receipt)?;
+        self.mutate(|st, wal, now| {
+            let q = st.queue_mut(account, name)?;
+            self.purge(q, now);
+            let seq = self.find_with_receipt(q, id, &receipt)?;
+            let pos = wal.append(&Record::MessageDeleted { qid: q.qid, seq })?;
+            q.last_lsn = pos.lsn;
+            let m = q.remove(seq).expect("found message exists");
+            self.unpin_message(&m);
+            Ok(((), pos.lsn))
+        })
+        .await
+    }
+
+    /// Update Message (§2.17): new visibility, optionally new text, new receipt.
+    pub async fn update_message(&self, account: &str, name: &str, id: &str, pop_receipt: &str, visibility_timeout: Option<i64>, text: Option<String>) -> Result<UpdateReceipt, QueueError> {
+        let receipt = PopReceipt::decode(pop_receipt)?;
+        let vt = visibility_timeout.ok_or(QueueError::MissingRequiredQueryParameter { name: "visibilitytimeout" })?;
+        let vt = check_range("visibilitytimeout", vt, 0, MAX_VISIBILITY_TIMEOUT_SECS)?;
+        if let Some(t) = &text {
+            check_text(t)?;
+        }
+        self.mutate(|st, wal, now| {
+            let nonce = st.next_id;
+            let q = st.queue_mut(account, name)?;
+            self.purge(q, now);
+            let seq = self.find_with_receipt(q, id, &receipt)?;
+            let visible_ms = secs_after(now, vt);
+            let m = q.get(seq).expect("found message exists").clone();
+            if visible_ms > m.expires_ms {
+                return Err(QueueError::InvalidQueryParameterValue {
+                    name: "visibilitytimeout",
+                    value: vt.to_string(),
+                    reason: "The visibility timeout would extend past the message's expiration time.".into(),
+                });
+            }
+            let pos = match text {
+                Some(text) => {
+                    let mut next = m.clone();
+                    next.visible_ms = visible_ms;
+                    next.receipt = nonce;
+                    let body: Rc<[u8]> = Rc::from(text.into_bytes());
+                    let state = state_of(q.qid, &next, body.to_vec());
+                    let pos = wal.append(&Record::MessageReplaced(state.clone()))?;
+                    let fresh = message_from_state(&state, pos);
+                    self.unpin_message(&m);
+                    wal.pin(fresh.body.seg, fresh.body.frame_len);
+                    self.cache.borrow_mut().insert((fresh.body.seg, fresh.body.offset), body);
+                    q.upsert(fresh);
+                    pos
+                }
+                None => {
+                    let pos = wal.append(&Record::MessageVisibility { qid: q.qid, seq, visible_ms, receipt: nonce })?;
+                    q.set_visibility(seq, visible_ms, nonce, None);
+                    pos
+                }
+            };
+            q.last_lsn = pos.lsn;
+            st.next_id += 1;
+            Ok((UpdateReceipt { pop_receipt: PopReceipt { nonce, seq }.encode(), visible_ms }, pos.lsn))
+        })
+        .await
+    }
+
+    pub async fn clear_messages(&self, account: &str, name: &str) -> Result<(), QueueError> {
+        self.mutate(|st, wal, _| {
+            let q = st.queue_mut(account, name)?;
+            let pos = wal.append(&Record::QueueCleared { qid: q.qid })?;
+            q.last_lsn = pos.lsn;
+            for m in q.clear() {
+                self.unpin_message(&m);
+            }
+            Ok(((), pos.lsn))
+        })
+        .await
+    }
+
+    // ----- background work -----
+
+    /// Purges expired messages, prepares the next segment ahead of time, and
+    /// reclaims disk: deletes dead segments and rewrites the live records of
+    /// old, mostly dead ones. Call it periodically from a background task.
+    pub async fn maintenance(&self) -> Result<MaintenanceReport, StorageError> {
+        let mut report = MaintenanceReport::default();
+        if self.compacting.replace(true) {
+            return Ok(report);
+        }
+        let result = async {
+            let now = self.now();
+            {
+                let mut st = self.st.borrow_mut();
+                for q in st.queues.values_mut() {
+                    report.expired += self.purge(q, now);
+                }
+            }
+            self.wal.prepare_ahead(now).await?;
+            loop {
+                if self.wal.remove_oldest_if_dead().await? {
+                    report.segments_removed += 1;
+                    continue;
+                }
+                match self.rewrite_candidate() {
+                    Some(seg) => report.records_rewritten += self.rewrite_segment(seg).await?,
+                    None => break,
+                }
+            }
+            Ok(report)
+        }
+        .await;
+        self.compacting.set(false);
+        result
+    }
+
+    /// The oldest sealed segment, if rewriting its live records is worth it:
+    /// it is mostly dead, or the log has grown well past the live data.
+    fn rewrite_candidate(&self) -> Option<u64> {
+        let stats = self.wal.segment_stats();
+        let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
+        let total: u64 = stats.iter().map(|s| s.bytes).sum();
+        let live: u64 = stats.iter().map(|s| s.live_bytes).sum();
+        let mostly_dead = oldest.live_bytes * 100 <= oldest.bytes * COMPACTION_LIVE_PERCENT;
+        let bloated = total > COMPACTION_SPACE_FACTOR * live + self.cfg.segment_bytes;
+        // Rewriting moves the data to the head; if there is nothing but this
+        // segment and the head, it would only chase its own tail.
+        (stats.len() > 2 && (mostly_dead || bloated)).then_some(oldest.seq)
+    }
+
+    /// Rewrites every live record of `seg` at the head of the log.
+    async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
+        let mut rewritten = 0;
+        // Queue definitions first: they are small and need no reads.
+        let qids: Vec<u64> = self.st.borrow().queues.values().filter(|q| q.def_seg == seg).map(|q| q.qid).collect();
+        for qid in qids {
+            self.wal.reserve(self.now()).await?;
+            let mut st = self.st.borrow_mut();
+            let Some(q) = st.queues.get_mut(&qid).filter(|q| q.def_seg == seg) else { continue };
+            let pos = self.wal.append(&Record::QueueDefined {
+                qid,
+                account: q.account.clone(),
+                name: q.name.clone(),
+                metadata: q.metadata.clone(),
+                acl: q.acl.clone(),
+            })?;
+            self.wal.unpin(q.def_seg, q.def_frame_len);
+            self.wal.pin(pos.seg, pos.frame_len);
+            q.def_seg = pos.seg;
+            q.def_frame_len = pos.frame_len;
+            q.last_lsn = pos.lsn;
+            rewritten += 1;
+        }
+        let msgs: Vec<(u64, u64, BodyLoc)> = {
+            let st = self.st.borrow();
+            st.queues.values().flat_map(|q| q.messages().filter(|m| m.body.seg == seg).map(move |m| (q.qid, m.seq, m.body))).collect()
+        };
+        for (qid, seq, loc) in msgs {
+            let src = match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
+                Some(b) => BodySource::Cached(b),
+                None => match self.wal.segment_file(loc.seg) {
+                    Some(f) => BodySource::Disk(f, loc),
+                    None => continue,
+                },
+            };
+            let body = match src {
+                BodySource::Cached(b) => b.to_vec(),
+                BodySource::Disk(f, loc) => self.wal.read_from(&f, loc.seg, loc.offset, loc.len as usize).await?,
+            };
+            self.wal.reserve(self.now()).await?;
+            let mut st = self.st.borrow_mut();
+            // Skip it if it was deleted or changed while we read.
+            let Some(q) = st.queues.get_mut(&qid) else { continue };
+            let Some(m) = q.get(seq).filter(|m| m.body == loc).cloned() else { continue };
+            let state = state_of(qid, &m, body);
+            let pos = self.wal.append(&Record::MessageRewritten(state.clone()))?;
+            let fresh = message_from_state(&state, pos);
+            self.wal.unpin(m.body.seg, m.body.frame_len);
+            self.wal.pin(fresh.body.seg, fresh.body.frame_len);
+            q.set_body(seq, fresh.body);
+            q.last_lsn = pos.lsn;
+            rewritten += 1;
+        }
+        self.wal.wait_durable(self.wal.last_lsn()).await?;
+        Ok(rewritten)
+    }
+
+    // ----- inspection -----
+
+    pub fn segment_stats(&self) -> Vec<SegmentStat> {
+        self.wal.segment_stats()
+    }
+
+    pub fn cache_stats(&self) -> (u64, u64, usize) {
+        let c = self.cache.borrow();
+        (c.hits, c.misses, c.bytes())
+    }
+
+    /// Every queue with every message and its text, in canonical order.
+    /// Reads bodies from disk; meant for tests and tools, not the hot path.
+    pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
+        self.settle(self.wal.last_lsn()).await?;
+        let now = self.now();
+        let mut pending = Vec::new();
+        {
+            let mut st = self.st.borrow_mut();
+            for q in st.queues.values_mut() {
+                self.purge(q, now);
+                q.check_invariants();
+            }
+            for q in st.queues.values() {
+                let mut msgs: Vec<Message> = q.messages().cloned().collect();
+                msgs.sort_by_key(|m| (m.visible_ms, m.seq));
+                let srcs = msgs.iter().map(|m| self.body_source(&self.wal, m.seq, q)).collect::<Vec<_>>();
+                pending.push(((q.account.clone(), q.name.clone()), q.metadata.clone(), q.acl.clone(), msgs, srcs));
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (key, metadata, acl, msgs, srcs) in pending {
+            let mut messages = Vec::with_capacity(msgs.len());
+            for (m, src) in msgs.into_iter().zip(srcs) {
+                messages.push((m, self.load(src).await?));
+            }
+            out.insert(key, QueueDump { metadata, acl, messages });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,587 @@
+//! A shard's segmented write-ahead log: framing ([`frame`]), records
+//! ([`record`]), group commit (this file) and recovery ([`recovery`]).
+//!
+//! Owned by one shard, on one core. State sits in a `RefCell` because
+//! requests interleave at await points on that core; nothing here is shared
+//! across cores.
+//!
+//! Write protocol (docs/STORAGE_FORMAT.md, "Commit protocol"):
+//! 1. [`Wal::reserve`] makes sure the next segment exists *before* a mutation
+//!    is applied, so running out of space refuses a request instead of
+//!    poisoning the shard.
+//! 2. [`Wal::append`] frames the record into the open batch and returns its
+//!    final position; the caller applies the mutation to memory right away,
+//!    so memory and log order agree.
+//! 3. [`Wal::wait_durable`] returns once an fdatasync covers the record. The
+//!    first waiter to find no commit running becomes the leader and writes
+//!    and syncs the oldest batch for everyone (raft-engine's write barrier).
+
+pub mod frame;
+pub mod record;
+pub mod recovery;
+
+use crate::disk::{Disk, DiskFile};
+use crate::error::StorageError;
+use crate::limits::*;
+use event_listener::Event;
+use frame::{encode_frame, SegmentHeader, FRAME_HEADER_LEN};
+use record::Record;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+pub use recovery::{RecoveryMode, RecoveryReport};
+
+/// Bytes of the commit marker frame at the start of every batch.
+const COMMIT_FRAME_LEN: usize = FRAME_HEADER_LEN + 8;
+
+pub fn segment_name(seq: u64) -> String {
+    format!("{seq:020}.wal")
+}
+
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".wal")?;
+    (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WalConfig {
+    pub shard_id: u32,
+    /// The writer rotates once a segment holds this many bytes.
+    pub segment_bytes: u64,
+    pub recovery: RecoveryMode,
+}
+
+impl WalConfig {
+    pub fn new(shard_id: u32) -> Self {
+        WalConfig { shard_id, segment_bytes: DEFAULT_SEGMENT_BYTES, recovery: RecoveryMode::Strict }
+    }
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPos {
+    pub lsn: u64,
+    pub seg: u64,
+    pub frame_offset: u64,
+    pub frame_len: u32,
+}
+
+/// A segment as the writer and compaction see it.
+pub(crate) struct Segment<F> {
+    file: Rc<F>,
+    header: SegmentHeader,
+    /// Bytes in use (aligned end of the last batch placed in it).
+    end: u64,
+    sealed: bool,
+    /// Records in this segment that current state still needs.
+    live_records: u64,
+    live_bytes: u64,
+}
+
+/// Space accounting of one segment, for compaction and operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentStat {
+    pub seq: u64,
+    pub bytes: u64,
+    pub live_records: u64,
+    pub live_bytes: u64,
+    pub sealed: bool,
+}
+
+/// Records waiting for the next group commit.
+struct Batch {
+    seg: u64,
+    base: u64,
+    seed: u32,
+    /// Set when the batch opens a new segment: the previous segment must be
+    /// sealed first with a SEGMENT_END frame at `(prev_seg, at)` with `lsn`.
+    seal: Option<Seal>,
+    marker_lsn: u64,
+    last_lsn: u64,
+    records: u32,
+    buf: Vec<u8>,
+    closed: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Seal {
+    seg: u64,
+    at: u64,
+    lsn: u64,
+}
+
+struct State<F> {
+    segments: BTreeMap<u64, Segment<F>>,
+    /// A created, durable, empty segment waiting to be rotated into.
+    prepared: Option<Segment<F>>,
+    preparing: bool,
+    /// Where the next batch goes: the newest segment and its aligned end.
+    tail_seg: u64,
+    tail_end: u64,
+    batches: VecDeque<Batch>,
+    next_lsn: u64,
+    durable_lsn: u64,
+    committing: bool,
+    poisoned: Option<String>,
+    alignment: u64,
+    commits: u64,
+}
+
+/// The log. See the module docs for the protocol.
+pub struct Wal<D: Disk> {
+    disk: D,
+    cfg: WalConfig,
+    st: RefCell<State<D::File>>,
+    /// Fired after every commit attempt and every segment preparation.
+    changed: Event,
+}
+
+impl<D: Disk> Wal<D> {
+    /// Recovers the log in `disk`, feeding every durable record to `apply` in
+    /// LSN order, then opens a fresh segment for new writes.
+    pub async fn open(
+        disk: D,
+        cfg: WalConfig,
+        now_ms: u64,
+        apply: &mut dyn FnMut(Record, RecordPos),
+    ) -> Result<(Self, RecoveryReport), StorageError> {
+        assert!(cfg.segment_bytes >= MIN_SEGMENT_BYTES, "segment size below {MIN_SEGMENT_BYTES}");
+        let rec = recovery::recover(&disk, cfg, apply).await?;
+        let wal = Wal {
+            disk,
+            cfg,
+            st: RefCell::new(State {
+                segments: rec.segments,
+                prepared: None,
+                preparing: false,
+                tail_seg: rec.next_seq - 1,
+                tail_end: SEGMENT_HEADER_LEN,
+                batches: VecDeque::new(),
+                next_lsn: rec.next_lsn,
+                durable_lsn: rec.next_lsn - 1,
+                committing: false,
+                poisoned: None,
+                alignment: 512,
+                commits: 0,
+            }),
+            changed: Event::new(),
+        };
+        // Every start writes into a segment of its own: a recovered segment is
+        // sealed and never appended to again.
+        wal.prepare(now_ms).await?;
+        let mut st = wal.st.borrow_mut();
+        let seg = st.prepared.take().expect("just prepared");
+        st.alignment = seg.file.alignment();
+        st.tail_seg = seg.header.seq;
+        st.tail_end = SEGMENT_HEADER_LEN;
+        st.segments.insert(seg.header.seq, seg);
+        drop(st);
+        Ok((wal, rec.report))
+    }
+
+    pub fn config(&self) -> &WalConfig {
+        &self.cfg
+    }
+
+    /// The error every mutation gets once the shard is poisoned.
+    pub fn check_poisoned(&self) -> Result<(), StorageError> {
+        match &self.st.borrow().poisoned {
+            Some(why) => Err(StorageError::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub fn durable_lsn(&self) -> u64 {
+        self.st.borrow().durable_lsn
+    }
+
+    /// The LSN of the newest appended record.
+    pub fn last_lsn(&self) -> u64 {
+        self.st.borrow().next_lsn - 1
+    }
+
+    /// Number of group commits (write + fdatasync) done since open.
+    pub fn commits(&self) -> u64 {
+        self.st.borrow().commits
+    }
+
+    fn poison(&self, why: String) {
+        let mut st = self.st.borrow_mut();
+        if st.poisoned.is_none() {
+            tracing::error!(shard = self.cfg.shard_id, "WAL poisoned: {why}");
+            st.poisoned = Some(why);
+        }
+        drop(st);
+        self.changed.notify(usize::MAX);
+    }
+
+    /// Would the next append have to open a new segment?
+    fn rotation_due(&self, st: &State<D::File>) -> bool {
+        let next_start = match st.batches.back() {
+            Some(b) if !b.closed && b.buf.len() < MAX_COMMIT_BYTES => return false,
+            Some(b) if !b.closed => align_up(b.base + b.buf.len() as u64, st.alignment),
+            _ => st.tail_end,
+        };
+        next_start >= self.cfg.segment_bytes
+    }
+
+    /// Ensures the next [`Wal::append`] can place its record: refuses when
+    /// poisoned, and creates the next segment if a rotation is due.
+    pub async fn reserve(&self, now_ms: u64) -> Result<(), StorageError> {
+        loop {
+            let wait = {
+                let st = self.st.borrow();
+                if let Some(why) = &st.poisoned {
+                    return Err(StorageError::Poisoned(why.clone()));
+                }
+                if !self.rotation_due(&st) || st.prepared.is_some() {
+                    return Ok(());
+                }
+                st.preparing.then(|| self.changed.listen())
+            };
+            match wait {
+                Some(listener) => listener.await,
+                None => self.prepare(now_ms).await?,
+            }
+        }
+    }
+
+    /// Creates the next segment durably: file, preallocation, header,
+    /// fdatasync, directory fsync. Only then may records go into it.
+    async fn prepare(&self, now_ms: u64) -> Result<(), StorageError> {
+        let (seq, base_lsn) = {
+            let mut st = self.st.borrow_mut();
+            if st.prepared.is_some() || st.preparing {
+                return Ok(());
+            }
+            st.preparing = true;
+            (st.tail_seg + 1, st.next_lsn)
+        };
+        let name = segment_name(seq);
+        let result = async {
+            let io = |e| StorageError::io(self.disk.describe(&name), e);
+            let file = self.disk.create(&name).await.map_err(io)?;
+            let header = SegmentHeader {
+                alignment: file.alignment() as u32,
+                shard_id: self.cfg.shard_id,
+                seq,
+                base_lsn,
+                salt: rand::random(),
+                created_ms: now_ms,
+            };
+            let made = async {
+                file.allocate(self.cfg.segment_bytes).await?;
+                file.write_at(&header.encode(), 0).await?;
+                file.sync().await?;
+                self.disk.sync_dir().await
+            }
+            .await;
+            if let Err(e) = made {
+                drop(file);
+                let _ = self.disk.remove(&name).await;
+                return Err(io(e));
+            }
+            Ok(Segment {
+                file: Rc::new(file),
+                header,
+                end: SEGMENT_HEADER_LEN,
+                sealed: false,
+                live_records: 0,
+                live_bytes: 0,
+            })
+        }
+        .await;
+        let mut st = self.st.borrow_mut();
+        st.preparing = false;
+        let out = match result {
+            Ok(seg) => {
+                st.prepared = Some(seg);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        drop(st);
+        self.changed.notify(usize::MAX);
+        out
+    }
+
+    /// Frames `rec` into the open batch and returns where it will be on disk.
+    /// Call [`Wal::reserve`] first, with no await in between.
+    pub fn append(&self, rec: &Record) -> Result<RecordPos, StorageError> {
+        let mut st = self.st.borrow_mut();
+        if let Some(why) = &st.poisoned {
+            return Err(StorageError::Poisoned(why.clone()));
+        }
+        let need_new = match st.batches.back() {
+            Some(b) => b.closed || b.buf.len() >= MAX_COMMIT_BYTES,
+            None => true,
+        };
+        if need_new {
+            Self::close_open_batch(&mut st);
+            self.open_batch(&mut st)?;
+        }
+        let lsn = st.next_lsn;
+        st.next_lsn += 1;
+        let b = st.batches.back_mut().expect("open batch");
+        let mut body = Vec::new();
+        rec.encode(&mut body);
+        let frame_offset = b.base + b.buf.len() as u64;
+        encode_frame(&mut b.buf, b.seed, rec.kind(), lsn, &body);
+        b.last_lsn = lsn;
+        b.records += 1;
+        Ok(RecordPos { lsn, seg: b.seg, frame_offset, frame_len: (FRAME_HEADER_LEN + body.len()) as u32 })
+    }
+
+    /// Closes the open batch, if any: its padded size fixes where the next starts.
+    fn close_open_batch(st: &mut State<D::File>) {
+        let align = st.alignment;
+        if let Some(b) = st.batches.back_mut().filter(|b| !b.closed) {
+            b.closed = true;
+            st.tail_end = align_up(b.base + b.buf.len() as u64, align);
+        }
+    }
+
+    fn open_batch(&self, st: &mut State<D::File>) -> Result<(), StorageError> {
+        let mut seal = None;
+        if st.tail_end >= self.cfg.segment_bytes {
+            let seg = st.prepared.take().ok_or_else(|| {
+                StorageError::Poisoned("internal: rotation without a prepared segment (reserve not called)".into())
+            })?;
+            seal = Some(Seal { seg: st.tail_seg, at: st.tail_end, lsn: st.next_lsn });
+            st.next_lsn += 1;
+            assert_eq!(seg.header.seq, st.tail_seg + 1, "segments rotate in sequence");
+            st.tail_seg = seg.header.seq;
+            st.tail_end = SEGMENT_HEADER_LEN;
+            st.segments.insert(seg.header.seq, seg);
+        }
+        let seg = &st.segments[&st.tail_seg];
+        let seed = seg.header.seed();
+        let marker_lsn = st.next_lsn;
+        st.next_lsn += 1;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        buf.resize(COMMIT_FRAME_LEN, 0);
+        st.batches.push_back(Batch {
+            seg: st.tail_seg,
+            base: st.tail_end,
+            seed,
+            seal,
+            marker_lsn,
+            last_lsn: marker_lsn,
+            records: 0,
+            buf,
+            closed: false,
+        });
+        Ok(())
+    }
+
+    /// Returns once `lsn` is durable, leading group commits as needed.
+    pub async fn wait_durable(&self, lsn: u64) -> Result<(), StorageError> {
+        loop {
+            let step = {
+                let mut st = self.st.borrow_mut();
+                if st.durable_lsn >= lsn {
+                    return Ok(());
+                }
+                if let Some(why) = &st.poisoned {
+                    return Err(StorageError::Poisoned(why.clone()));
+                }
+                if st.committing {
+                    Err(self.changed.listen())
+                } else {
+                    if st.batches.len() == 1 {
+                        Self::close_open_batch(&mut st);
+                    }
+                    let Some(batch) = st.batches.pop_front() else {
+                        panic!("lsn {lsn} is not durable ({}) and no batch holds it", st.durable_lsn);
+                    };
+                    debug_assert!(batch.closed, "only closed batches are written");
+                    st.committing = true;
+                    Ok(batch)
+                }
+            };
+            let listener = match step {
+                Ok(batch) => {
+                    self.lead_commit(batch).await;
+                    continue;
+                }
+                Err(listener) => listener,
+            };
+            // Re-check after registering, so a commit finishing in between is not missed.
+            {
+                let st = self.st.borrow();
+                if st.durable_lsn >= lsn || st.poisoned.is_some() || !st.committing {
+                    continue;
+                }
+            }
+            listener.await;
+        }
+    }
+
+    async fn lead_commit(&self, batch: Batch) {
+        // If this future is dropped mid-I/O we cannot know what reached the
+        // disk; poisoning is the only safe answer.
+        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
+        impl<D: Disk> Drop for Guard<'_, D> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.st.borrow_mut().committing = false;
+                    self.0.poison("a group commit was cancelled mid-write".into());
+                }
+            }
+        }
+        let mut guard = Guard(self, false);
+        let result = self.write_batch(batch).await;
+        guard.1 = true;
+        let mut st = self.st.borrow_mut();
+        st.committing = false;
+        match result {
+            Ok(last) => {
+                debug_assert!(last > st.durable_lsn, "durable LSN must advance");
+                st.durable_lsn = last;
+                st.commits += 1;
+                drop(st);
+                self.changed.notify(usize::MAX);
+            }
+            Err(why) => {
+                drop(st);
+                self.poison(why);
+            }
+        }
+    }
+
+    async fn write_batch(&self, mut b: Batch) -> Result<u64, String> {
+        let (file, align) = {
+            let st = self.st.borrow();
+            (st.segments[&b.seg].file.clone(), st.alignment)
+        };
+        if let Some(seal) = b.seal {
+            let (old, seed) = {
+                let st = self.st.borrow();
+                let s = &st.segments[&seal.seg];
+                (s.file.clone(), s.header.seed())
+            };
+            let mut buf = Vec::with_capacity(align as usize);
+            encode_frame(&mut buf, seed, record::kind::SEGMENT_END, seal.lsn, &[]);
+            buf.resize(align_up(buf.len() as u64, align) as usize, 0);
+            let name = segment_name(seal.seg);
+            old.write_at(&buf, seal.at).await.map_err(|e| format!("sealing {name}: write failed: {e}"))?;
+            old.sync().await.map_err(|e| format!("sealing {name}: fdatasync failed: {e}"))?;
+            let mut st = self.st.borrow_mut();
+            let s = st.segments.get_mut(&seal.seg).expect("sealed segment exists");
+            s.sealed = true;
+            s.end = seal.at + buf.len() as u64;
+        }
+        // Fill in the commit marker now that the batch is complete.
+        let mut marker = Vec::with_capacity(COMMIT_FRAME_LEN);
+        let mut body = Vec::with_capacity(8);
+        Record::Commit { len: b.buf.len() as u32, records: b.records }.encode(&mut body);
+        encode_frame(&mut marker, b.seed, record::kind::COMMIT, b.marker_lsn, &body);
+        debug_assert_eq!(marker.len(), COMMIT_FRAME_LEN);
+        b.buf[..COMMIT_FRAME_LEN].copy_from_slice(&marker);
+        let padded = align_up(b.buf.len() as u64, align) as usize;
+        b.buf.resize(padded, 0);
+        let name = segment_name(b.seg);
+        file.write_at(&b.buf, b.base).await.map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
+        file.sync().await.map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
+        let mut st = self.st.borrow_mut();
+        let s = st.segments.get_mut(&b.seg).expect("segment of a batch exists");
+        s.end = s.end.max(b.base + padded as u64);
+        Ok(b.last_lsn)
+    }
+
+    /// Marks a record in `seg` as needed by current state.
+    pub fn pin(&self, seg: u64, bytes: u32) {
+        let mut st = self.st.borrow_mut();
+        let s = st.segments.get_mut(&seg).expect("pinning a record in a missing segment");
+        s.live_records += 1;
+        s.live_bytes += bytes as u64;
+    }
+
+    /// The opposite of [`Wal::pin`].
+    pub fn unpin(&self, seg: u64, bytes: u32) {
+        let mut st = self.st.borrow_mut();
+        let s = st.segments.get_mut(&seg).expect("unpinning a record in a missing segment");
+        assert!(s.live_records > 0 && s.live_bytes >= bytes as u64, "segment {seg} live count underflow");
+        s.live_records -= 1;
+        s.live_bytes -= bytes as u64;
+    }
+
+    pub fn segment_stats(&self) -> Vec<SegmentStat> {
+        let st = self.st.borrow();
+        st.segments
+            .iter()
+            .map(|(&seq, s)| SegmentStat {
+                seq,
+                bytes: s.end,
+                live_records: s.live_records,
+                live_bytes: s.live_bytes,
+                sealed: s.sealed,
+            })
+            .collect()
+    }
+
+    /// Deletes the oldest segment if it is sealed and nothing in it is live.
+    /// Only the oldest may go: tombstones in a segment refer to records in
+    /// older ones, so deleting out of order could resurrect deleted messages.
+    pub async fn remove_oldest_if_dead(&self) -> Result<bool, StorageError> {
+        let candidate = {
+            let st = self.st.borrow();
+            match st.segments.iter().next() {
+                Some((&seq, s)) if s.sealed && s.live_records == 0 && seq != st.tail_seg => Some(seq),
+                _ => None,
+            }
+        };
+        let Some(seq) = candidate else { return Ok(false) };
+        // The records that made it dead must be durable before it disappears.
+        let last = self.last_lsn();
+        self.wait_durable(last).await?;
+        {
+            let mut st = self.st.borrow_mut();
+            let s = &st.segments[&seq];
+            assert!(s.live_records == 0 && s.sealed, "a dead sealed segment stays dead");
+            st.segments.remove(&seq);
+        }
+        let name = segment_name(seq);
+        let io = |e| StorageError::io(self.disk.describe(&name), e);
+        self.disk.remove(&name).await.map_err(io)?;
+        self.disk.sync_dir().await.map_err(io)?;
+        tracing::debug!(shard = self.cfg.shard_id, "removed dead segment {name}");
+        Ok(true)
+    }
+
+    /// Creates the next segment ahead of time once the current one is half
+    /// full, so rotation does not wait for file creation.
+    pub async fn prepare_ahead(&self, now_ms: u64) -> Result<(), StorageError> {
+        let due = {
+            let st = self.st.borrow();
+            st.prepared.is_none() && !st.preparing && st.tail_end >= self.cfg.segment_bytes / 2 && st.poisoned.is_none()
+        };
+        if due {
+            self.prepare(now_ms).await?;
+        }
+        Ok(())
+    }
+}
+
+impl<D: Disk> Wal<D> {
+    /// The open file of segment `seg`, for reading bodies. Holding the handle
+    /// keeps reads working even if the segment is removed meanwhile.
+    pub fn segment_file(&self, seg: u64) -> Option<Rc<D::File>> {
+        self.st.borrow().segments.get(&seg).map(|s| s.file.clone())
+    }
+
+    /// Reads exactly `len` bytes at `offset` from an open segment file.
+    pub async fn read_from(&self, file: &D::File, seg: u64, offset: u64, len: usize) -> Result<Vec<u8>, StorageError> {
+        let name = segment_name(seg);
+        let data = file.read_at(offset, len).await.map_err(|e| StorageError::io(self.disk.describe(&name), e))?;
+        if data.len() != len {
+            return Err(StorageError::Corruption { file: name, offset, reason: format!("short read: {} of {len} bytes", data.len()) });
+        }
+        Ok(data)
+    }
+}

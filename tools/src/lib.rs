@@ -1,0 +1,1 @@
+//! Operator tools (the WAL tool arrives with the crash-testing issue).
