@@ -136,6 +136,10 @@ struct State {
     /// Source of queue ids, message sequence numbers and receipt nonces.
     /// Recovered as one more than the largest seen.
     next_id: u64,
+    /// During replay only: messages of queues whose definition has not been
+    /// seen yet. Compaction rewrites a queue's definition at the head of the
+    /// log, after records of its messages, so those come first on replay.
+    orphans: HashMap<u64, Queue>,
 }
 
 impl State {
@@ -154,13 +158,27 @@ impl State {
         Ok(self.queues.get_mut(&qid).expect("named queue exists"))
     }
 
+    /// The queue a replayed message record belongs to, defined or not yet.
+    fn replay_queue(&mut self, qid: u64) -> &mut Queue {
+        match self.queues.get_mut(&qid) {
+            Some(q) => q,
+            None => self.orphans.entry(qid).or_insert_with(|| Queue::new(qid, String::new(), String::new(), Metadata::default())),
+        }
+    }
+
     /// Applies one replayed record.
     fn replay(&mut self, rec: Record, pos: RecordPos) {
         let bump = |next: &mut u64, v: u64| *next = (*next).max(v + 1);
         match rec {
             Record::QueueDefined { qid, account, name, metadata, acl } => {
                 bump(&mut self.next_id, qid);
-                let q = self.queues.entry(qid).or_insert_with(|| Queue::new(qid, account.clone(), name.clone(), Metadata::default()));
+                if !self.queues.contains_key(&qid) {
+                    let mut q = self.orphans.remove(&qid).unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
+                    q.account = account.clone();
+                    q.name = name.clone();
+                    self.queues.insert(qid, q);
+                }
+                let q = self.queues.get_mut(&qid).expect("just inserted");
                 q.metadata = metadata;
                 q.acl = acl;
                 q.def_seg = pos.seg;
@@ -168,6 +186,7 @@ impl State {
                 self.names.insert((account, name), qid);
             }
             Record::QueueDeleted { qid } => {
+                self.orphans.remove(&qid);
                 if let Some(q) = self.queues.remove(&qid) {
                     self.names.remove(&(q.account, q.name));
                 }
@@ -176,37 +195,31 @@ impl State {
                 for v in [m.qid, m.seq, m.receipt] {
                     bump(&mut self.next_id, v);
                 }
-                if let Some(q) = self.queues.get_mut(&m.qid) {
-                    q.upsert(message_from_state(&m, pos));
-                }
+                self.replay_queue(m.qid).upsert(message_from_state(&m, pos));
             }
             Record::MessagesDequeued { qid, visible_ms, entries } => {
-                if let Some(q) = self.queues.get_mut(&qid) {
-                    for e in entries {
-                        bump(&mut self.next_id, e.receipt);
-                        if q.get(e.seq).is_some() {
-                            q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
-                        }
+                for e in &entries {
+                    bump(&mut self.next_id, e.receipt);
+                }
+                let q = self.replay_queue(qid);
+                for e in entries {
+                    if q.get(e.seq).is_some() {
+                        q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
                     }
                 }
             }
             Record::MessageVisibility { qid, seq, visible_ms, receipt } => {
                 bump(&mut self.next_id, receipt);
-                if let Some(q) = self.queues.get_mut(&qid) {
-                    if q.get(seq).is_some() {
-                        q.set_visibility(seq, visible_ms, receipt, None);
-                    }
+                let q = self.replay_queue(qid);
+                if q.get(seq).is_some() {
+                    q.set_visibility(seq, visible_ms, receipt, None);
                 }
             }
             Record::MessageDeleted { qid, seq } => {
-                if let Some(q) = self.queues.get_mut(&qid) {
-                    q.remove(seq);
-                }
+                self.replay_queue(qid).remove(seq);
             }
             Record::QueueCleared { qid } => {
-                if let Some(q) = self.queues.get_mut(&qid) {
-                    q.clear();
-                }
+                self.replay_queue(qid).clear();
             }
             Record::Commit { .. } | Record::SegmentEnd => unreachable!("recovery passes only state records"),
         }
@@ -285,9 +298,11 @@ pub struct Shard<D: Disk> {
 impl<D: Disk> Shard<D> {
     /// Recovers the shard from `disk` and opens it for requests.
     pub async fn open(disk: D, cfg: ShardConfig, clock: Rc<dyn Clock>) -> Result<Self, StorageError> {
-        let mut state = State { queues: HashMap::new(), names: BTreeMap::new(), next_id: 1 };
+        let mut state = State { queues: HashMap::new(), names: BTreeMap::new(), next_id: 1, orphans: HashMap::new() };
         let wal_cfg = WalConfig { shard_id: cfg.shard_id, segment_bytes: cfg.segment_bytes, recovery: cfg.recovery };
         let (wal, report) = Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
+        // Messages of queues that were never (re)defined belong to deleted queues.
+        state.orphans.clear();
         // Expired messages need no record: drop them now. Then every live
         // record pins its segment.
         let now = clock.now_ms();

@@ -428,7 +428,6 @@ pub(crate) async fn recover<D: Disk>(
         .max()
         .unwrap_or(0);
     let mut next_lsn = last_lsn + 1;
-    let next_seq = seqs.last().map_or(1, |s| s + 1);
 
     let mut segments = BTreeMap::new();
     let mut removed = Vec::new();
@@ -436,8 +435,14 @@ pub(crate) async fn recover<D: Disk>(
         if quarantine.contains(&i) {
             continue;
         }
-        let keep = s.as_ref().is_some_and(Scan::has_data) && last_with_data.is_some_and(|l| i <= l);
+        // Everything up to the last segment with data stays (an unused
+        // segment before it is harmless and keeps the sequence contiguous);
+        // empty segments after it go, and their numbers are reused.
+        let keep = last_with_data.is_some_and(|l| i <= l);
         let (Some(h), Some(s), true) = (f.header, s, keep) else {
+            if keep {
+                return Err(corrupt(&f.name, 0, "segment header is blank but later segments hold data".into()));
+            }
             removed.push(f.name);
             continue;
         };
@@ -473,5 +478,9 @@ pub(crate) async fn recover<D: Disk>(
     if let Some((file, at, why)) = &report.torn_tail {
         tracing::warn!("cut a torn tail in {file} at offset {at}: {why}");
     }
+    let next_seq = match segments.keys().next_back() {
+        Some(last) => last + 1,
+        None => seqs.last().map_or(1, |s| s + 1),
+    };
     Ok(Recovered { segments, next_lsn, next_seq, report })
 }
