@@ -56,6 +56,11 @@ impl VisibilityIndex {
         self.set.range(..=(now_ms, u64::MAX)).map(|&(_, seq)| seq)
     }
 
+    /// The earliest entry, visible or not.
+    pub fn first(&self) -> Option<(u64, u64)> {
+        self.set.first().copied()
+    }
+
     pub fn len(&self) -> usize {
         self.set.len()
     }
