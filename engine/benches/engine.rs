@@ -49,7 +49,9 @@ fn records(c: &mut Criterion) {
     });
     g.bench_function("decode_1KiB_put", |b| {
         b.iter(|| {
-            let HeaderCheck::Valid(h) = check_header(seed, &framed) else { panic!() };
+            let HeaderCheck::Valid(h) = check_header(seed, &framed) else {
+                panic!()
+            };
             assert!(body_matches(seed, &h, &framed[FRAME_HEADER_LEN..]));
             Record::decode(h.kind, &framed[FRAME_HEADER_LEN..]).unwrap()
         })

@@ -18,7 +18,13 @@ pub struct BodyCache {
 
 impl BodyCache {
     pub fn new(capacity: usize) -> Self {
-        BodyCache { lru: LruCache::unbounded(), bytes: 0, capacity, hits: 0, misses: 0 }
+        BodyCache {
+            lru: LruCache::unbounded(),
+            bytes: 0,
+            capacity,
+            hits: 0,
+            misses: 0,
+        }
     }
 
     pub fn get(&mut self, key: BodyKey) -> Option<Rc<[u8]>> {

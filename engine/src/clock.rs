@@ -31,7 +31,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_ms: u64) -> Self {
-        Self { now: Cell::new(start_ms) }
+        Self {
+            now: Cell::new(start_ms),
+        }
     }
     pub fn advance_ms(&self, ms: u64) {
         self.now.set(self.now.get() + ms);

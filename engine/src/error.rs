@@ -17,11 +17,7 @@ pub enum StorageError {
     /// A record or header that should be valid is not, somewhere other than a
     /// torn tail. Recovery stops rather than silently dropping data.
     #[error("WAL corruption in {file} at offset {offset}: {reason}. Run `hematite-wal check` on the data directory; start with --quarantine-corrupt-segments to set the segment aside and lose its records")]
-    Corruption {
-        file: String,
-        offset: u64,
-        reason: String,
-    },
+    Corruption { file: String, offset: u64, reason: String },
     /// An earlier write or fdatasync failed. Nothing after it can be made
     /// durable with certainty, so the shard refuses every mutation.
     #[error("shard is poisoned after an I/O failure and refuses writes until restarted: {0}")]
@@ -39,7 +35,10 @@ impl StorageError {
         if source.raw_os_error() == Some(libc::ENOSPC) {
             return StorageError::NoSpace(format!("{}: {source}", path.into()));
         }
-        StorageError::Io { path: path.into(), source }
+        StorageError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -168,7 +167,12 @@ impl QueueError {
     }
 
     pub(crate) fn out_of_range(name: &'static str, value: i64, min: i64, max: i64) -> Self {
-        QueueError::OutOfRangeQueryParameterValue { name, value: value.to_string(), min, max }
+        QueueError::OutOfRangeQueryParameterValue {
+            name,
+            value: value.to_string(),
+            min,
+            max,
+        }
     }
 }
 
@@ -176,7 +180,9 @@ impl From<StorageError> for QueueError {
     fn from(e: StorageError) -> Self {
         match e {
             StorageError::NoSpace(reason) => QueueError::ServerBusy { reason },
-            other => QueueError::Internal { reason: other.to_string() },
+            other => QueueError::Internal {
+                reason: other.to_string(),
+            },
         }
     }
 }
@@ -197,7 +203,11 @@ mod tests {
             (QueueError::EmptyMetadataKey, "EmptyMetadataKey", 400),
             (QueueError::MetadataTooLarge, "MetadataTooLarge", 400),
             (QueueError::InvalidMarker, "InvalidMarker", 400),
-            (QueueError::RequestBodyTooLarge { max_limit: 65536 }, "RequestBodyTooLarge", 413),
+            (
+                QueueError::RequestBodyTooLarge { max_limit: 65536 },
+                "RequestBodyTooLarge",
+                413,
+            ),
             (QueueError::Internal { reason: "x".into() }, "InternalError", 500),
             (QueueError::ServerBusy { reason: "x".into() }, "ServerBusy", 503),
         ];

@@ -37,9 +37,10 @@ impl Metadata {
     /// ignored. Decides 204 versus 409 on Create Queue (§2.6).
     pub fn equivalent(&self, other: &Metadata) -> bool {
         self.0.len() == other.0.len()
-            && self.0.iter().all(|(n, v)| {
-                other.0.iter().any(|(on, ov)| on.eq_ignore_ascii_case(n) && ov == v)
-            })
+            && self
+                .0
+                .iter()
+                .all(|(n, v)| other.0.iter().any(|(on, ov)| on.eq_ignore_ascii_case(n) && ov == v))
     }
 }
 
@@ -64,11 +65,15 @@ pub struct SignedIdentifier {
 pub fn validate_acl(acl: &[SignedIdentifier]) -> Result<(), QueueError> {
     let bad = |reason: String| Err(QueueError::InvalidXmlDocument { reason });
     if acl.len() > MAX_SIGNED_IDENTIFIERS {
-        return bad(format!("At most {MAX_SIGNED_IDENTIFIERS} signed identifiers are allowed."));
+        return bad(format!(
+            "At most {MAX_SIGNED_IDENTIFIERS} signed identifiers are allowed."
+        ));
     }
     for (i, si) in acl.iter().enumerate() {
         if si.id.is_empty() || si.id.len() > MAX_SIGNED_IDENTIFIER_ID_LEN {
-            return bad(format!("Signed identifier ids must be 1 to {MAX_SIGNED_IDENTIFIER_ID_LEN} characters."));
+            return bad(format!(
+                "Signed identifier ids must be 1 to {MAX_SIGNED_IDENTIFIER_ID_LEN} characters."
+            ));
         }
         if acl[..i].iter().any(|o| o.id == si.id) {
             return bad(format!("Signed identifier '{}' appears more than once.", si.id));
@@ -88,7 +93,9 @@ pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
         return Err(QueueError::OutOfRangeInput);
     }
     let b = name.as_bytes();
-    let ok_chars = b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    let ok_chars = b
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
     let ok_ends = b[0].is_ascii_alphanumeric() && b[b.len() - 1].is_ascii_alphanumeric();
     if !ok_chars || !ok_ends || name.contains("--") {
         return Err(QueueError::InvalidResourceName);
@@ -160,13 +167,20 @@ mod tests {
 
     #[test]
     fn metadata_rules() {
-        let m = |pairs: &[(&str, &str)]| {
-            Metadata(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
-        };
+        let m = |pairs: &[(&str, &str)]| Metadata(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect());
         assert!(m(&[("Foo", "bar"), ("_x1", "")]).validate().is_ok());
-        assert!(matches!(m(&[("1abc", "v")]).validate(), Err(QueueError::InvalidMetadata { .. })));
-        assert!(matches!(m(&[("a-b", "v")]).validate(), Err(QueueError::InvalidMetadata { .. })));
-        assert!(matches!(m(&[("foo", "1"), ("FOO", "2")]).validate(), Err(QueueError::InvalidMetadata { .. })));
+        assert!(matches!(
+            m(&[("1abc", "v")]).validate(),
+            Err(QueueError::InvalidMetadata { .. })
+        ));
+        assert!(matches!(
+            m(&[("a-b", "v")]).validate(),
+            Err(QueueError::InvalidMetadata { .. })
+        ));
+        assert!(matches!(
+            m(&[("foo", "1"), ("FOO", "2")]).validate(),
+            Err(QueueError::InvalidMetadata { .. })
+        ));
         assert_eq!(m(&[("", "v")]).validate(), Err(QueueError::EmptyMetadataKey));
         let big = "x".repeat(MAX_METADATA_BYTES);
         assert_eq!(m(&[("a", &big)]).validate(), Err(QueueError::MetadataTooLarge));
@@ -195,7 +209,10 @@ mod tests {
 
     #[test]
     fn pop_receipts_round_trip_and_reject_garbage() {
-        let r = PopReceipt { nonce: 0xdead_beef_0102, seq: 77 };
+        let r = PopReceipt {
+            nonce: 0xdead_beef_0102,
+            seq: 77,
+        };
         let s = r.encode();
         assert_eq!(s.len(), 22);
         assert!(s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));

@@ -211,7 +211,12 @@ mod tests {
             visible_ms: visible,
             dequeue_count: 0,
             receipt: seq,
-            body: BodyLoc { seg: 1, offset: 0, len: 0, frame_len: 0 },
+            body: BodyLoc {
+                seg: 1,
+                offset: 0,
+                len: 0,
+                frame_len: 0,
+            },
         }
     }
 

@@ -162,7 +162,10 @@ impl State {
     fn replay_queue(&mut self, qid: u64) -> &mut Queue {
         match self.queues.get_mut(&qid) {
             Some(q) => q,
-            None => self.orphans.entry(qid).or_insert_with(|| Queue::new(qid, String::new(), String::new(), Metadata::default())),
+            None => self
+                .orphans
+                .entry(qid)
+                .or_insert_with(|| Queue::new(qid, String::new(), String::new(), Metadata::default())),
         }
     }
 
@@ -170,10 +173,19 @@ impl State {
     fn replay(&mut self, rec: Record, pos: RecordPos) {
         let bump = |next: &mut u64, v: u64| *next = (*next).max(v + 1);
         match rec {
-            Record::QueueDefined { qid, account, name, metadata, acl } => {
+            Record::QueueDefined {
+                qid,
+                account,
+                name,
+                metadata,
+                acl,
+            } => {
                 bump(&mut self.next_id, qid);
                 if !self.queues.contains_key(&qid) {
-                    let mut q = self.orphans.remove(&qid).unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
+                    let mut q = self
+                        .orphans
+                        .remove(&qid)
+                        .unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
                     q.account = account.clone();
                     q.name = name.clone();
                     self.queues.insert(qid, q);
@@ -197,7 +209,11 @@ impl State {
                 }
                 self.replay_queue(m.qid).upsert(message_from_state(&m, pos));
             }
-            Record::MessagesDequeued { qid, visible_ms, entries } => {
+            Record::MessagesDequeued {
+                qid,
+                visible_ms,
+                entries,
+            } => {
                 for e in &entries {
                     bump(&mut self.next_id, e.receipt);
                 }
@@ -208,7 +224,12 @@ impl State {
                     }
                 }
             }
-            Record::MessageVisibility { qid, seq, visible_ms, receipt } => {
+            Record::MessageVisibility {
+                qid,
+                seq,
+                visible_ms,
+                receipt,
+            } => {
                 bump(&mut self.next_id, receipt);
                 let q = self.replay_queue(qid);
                 if q.get(seq).is_some() {
@@ -268,7 +289,9 @@ fn check_range(name: &'static str, v: i64, min: i64, max: i64) -> Result<i64, Qu
 
 fn check_text(text: &str) -> Result<(), QueueError> {
     if text.len() > MAX_MESSAGE_BYTES {
-        return Err(QueueError::RequestBodyTooLarge { max_limit: MAX_MESSAGE_BYTES });
+        return Err(QueueError::RequestBodyTooLarge {
+            max_limit: MAX_MESSAGE_BYTES,
+        });
     }
     Ok(())
 }
@@ -298,8 +321,17 @@ pub struct Shard<D: Disk> {
 impl<D: Disk> Shard<D> {
     /// Recovers the shard from `disk` and opens it for requests.
     pub async fn open(disk: D, cfg: ShardConfig, clock: Rc<dyn Clock>) -> Result<Self, StorageError> {
-        let mut state = State { queues: HashMap::new(), names: BTreeMap::new(), next_id: 1, orphans: HashMap::new() };
-        let wal_cfg = WalConfig { shard_id: cfg.shard_id, segment_bytes: cfg.segment_bytes, recovery: cfg.recovery };
+        let mut state = State {
+            queues: HashMap::new(),
+            names: BTreeMap::new(),
+            next_id: 1,
+            orphans: HashMap::new(),
+        };
+        let wal_cfg = WalConfig {
+            shard_id: cfg.shard_id,
+            segment_bytes: cfg.segment_bytes,
+            recovery: cfg.recovery,
+        };
         let (wal, report) = Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
         // Messages of queues that were never (re)defined belong to deleted queues.
         state.orphans.clear();
@@ -351,7 +383,10 @@ impl<D: Disk> Shard<D> {
     /// Runs one mutation: reserve, then (synchronously) validate + append +
     /// apply in `f`, which returns its answer and the LSN to wait for; then
     /// wait for the group commit that makes it durable.
-    async fn mutate<T>(&self, f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>) -> Result<T, QueueError> {
+    async fn mutate<T>(
+        &self,
+        f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>,
+    ) -> Result<T, QueueError> {
         self.wal.reserve(self.now()).await?;
         let (out, lsn) = {
             let mut st = self.st.borrow_mut();
@@ -393,7 +428,11 @@ impl<D: Disk> Shard<D> {
         };
         if let Some((same, lsn)) = existing {
             self.settle(lsn).await?;
-            return if same { Ok(Created::AlreadyExisted) } else { Err(QueueError::QueueAlreadyExists) };
+            return if same {
+                Ok(Created::AlreadyExisted)
+            } else {
+                Err(QueueError::QueueAlreadyExists)
+            };
         }
         let account = account.to_string();
         let name = name.to_string();
@@ -402,7 +441,11 @@ impl<D: Disk> Shard<D> {
                 // Someone may have created it while we waited for space.
                 if let Some(qid) = st.lookup(&account, &name) {
                     let q = &st.queues[&qid];
-                    let out = if q.metadata.equivalent(&metadata) { Ok(Created::AlreadyExisted) } else { Err(QueueError::QueueAlreadyExists) };
+                    let out = if q.metadata.equivalent(&metadata) {
+                        Ok(Created::AlreadyExisted)
+                    } else {
+                        Err(QueueError::QueueAlreadyExists)
+                    };
                     return Ok((out, q.last_lsn));
                 }
                 let qid = st.id();
@@ -476,7 +519,12 @@ impl<D: Disk> Shard<D> {
 
     /// Reads a queue after its newest record is durable. A missing queue waits
     /// for everything pending, since its deletion may not be durable yet.
-    async fn read_queue<T>(&self, account: &str, name: &str, f: impl Fn(&mut Queue, u64) -> T) -> Result<T, QueueError> {
+    async fn read_queue<T>(
+        &self,
+        account: &str,
+        name: &str,
+        f: impl Fn(&mut Queue, u64) -> T,
+    ) -> Result<T, QueueError> {
         loop {
             let lsn = {
                 let st = self.st.borrow();
@@ -518,7 +566,13 @@ impl<D: Disk> Shard<D> {
     /// Queues of `account` whose names start with `prefix` and are `>= from`,
     /// in name order, at most `max`. Also returns whether more follow. The
     /// server merges the pages of all shards (§2.1).
-    pub async fn list_queues(&self, account: &str, prefix: &str, from: Option<&str>, max: usize) -> Result<(Vec<QueueListing>, bool), QueueError> {
+    pub async fn list_queues(
+        &self,
+        account: &str,
+        prefix: &str,
+        from: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<QueueListing>, bool), QueueError> {
         self.settle(self.wal.last_lsn()).await?;
         let st = self.st.borrow();
         let start = match from {
@@ -534,16 +588,31 @@ impl<D: Disk> Shard<D> {
             if out.len() == max {
                 return Ok((out, true));
             }
-            out.push(QueueListing { name: name.clone(), metadata: st.queues[qid].metadata.clone() });
+            out.push(QueueListing {
+                name: name.clone(),
+                metadata: st.queues[qid].metadata.clone(),
+            });
         }
         Ok((out, false))
     }
 
     // ----- messages -----
 
-    pub async fn put_message(&self, account: &str, name: &str, text: String, visibility_timeout: Option<i64>, ttl: Option<i64>) -> Result<PutReceipt, QueueError> {
+    pub async fn put_message(
+        &self,
+        account: &str,
+        name: &str,
+        text: String,
+        visibility_timeout: Option<i64>,
+        ttl: Option<i64>,
+    ) -> Result<PutReceipt, QueueError> {
         check_text(&text)?;
-        let vt = check_range("visibilitytimeout", visibility_timeout.unwrap_or(0), 0, MAX_VISIBILITY_TIMEOUT_SECS)?;
+        let vt = check_range(
+            "visibilitytimeout",
+            visibility_timeout.unwrap_or(0),
+            0,
+            MAX_VISIBILITY_TIMEOUT_SECS,
+        )?;
         let ttl = ttl.unwrap_or(DEFAULT_MESSAGE_TTL_SECS);
         if ttl != -1 && !(1..=MAX_MESSAGE_TTL_SECS).contains(&ttl) {
             return Err(QueueError::InvalidQueryParameterValue {
@@ -564,7 +633,11 @@ impl<D: Disk> Shard<D> {
             let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
             let seq = st.id();
             let receipt = st.id();
-            let expires_ms = if ttl == -1 { EXPIRY_NEVER_MS } else { secs_after(now, ttl) };
+            let expires_ms = if ttl == -1 {
+                EXPIRY_NEVER_MS
+            } else {
+                secs_after(now, ttl)
+            };
             let state = MessageState {
                 qid,
                 seq,
@@ -579,7 +652,9 @@ impl<D: Disk> Shard<D> {
             let pos = wal.append(&Record::MessagePut(state.clone()))?;
             let m = message_from_state(&state, pos);
             wal.pin(m.body.seg, m.body.frame_len);
-            self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body.clone());
+            self.cache
+                .borrow_mut()
+                .insert((m.body.seg, m.body.offset), body.clone());
             let q = st.queues.get_mut(&qid).expect("named queue exists");
             q.last_lsn = pos.lsn;
             let out = PutReceipt {
@@ -598,9 +673,25 @@ impl<D: Disk> Shard<D> {
     /// Get Messages (§2.13): up to `n` visible messages, each made invisible
     /// for `visibility_timeout` seconds with a new pop receipt and one more
     /// dequeue. Durable before it returns, so a receipt handed out survives a crash.
-    pub async fn get_messages(&self, account: &str, name: &str, n: Option<i64>, visibility_timeout: Option<i64>) -> Result<Vec<ReceivedMessage>, QueueError> {
-        let n = check_range("numofmessages", n.unwrap_or(1), MIN_NUM_OF_MESSAGES, MAX_NUM_OF_MESSAGES)? as usize;
-        let vt = check_range("visibilitytimeout", visibility_timeout.unwrap_or(DEFAULT_GET_VISIBILITY_TIMEOUT_SECS), 1, MAX_VISIBILITY_TIMEOUT_SECS)?;
+    pub async fn get_messages(
+        &self,
+        account: &str,
+        name: &str,
+        n: Option<i64>,
+        visibility_timeout: Option<i64>,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        let n = check_range(
+            "numofmessages",
+            n.unwrap_or(1),
+            MIN_NUM_OF_MESSAGES,
+            MAX_NUM_OF_MESSAGES,
+        )? as usize;
+        let vt = check_range(
+            "visibilitytimeout",
+            visibility_timeout.unwrap_or(DEFAULT_GET_VISIBILITY_TIMEOUT_SECS),
+            1,
+            MAX_VISIBILITY_TIMEOUT_SECS,
+        )?;
         let picked = self
             .mutate(|st, wal, now| {
                 let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
@@ -621,7 +712,11 @@ impl<D: Disk> Shard<D> {
                         receipt: first_id + i as u64,
                     })
                     .collect();
-                let pos = wal.append(&Record::MessagesDequeued { qid, visible_ms, entries: entries.clone() })?;
+                let pos = wal.append(&Record::MessagesDequeued {
+                    qid,
+                    visible_ms,
+                    entries: entries.clone(),
+                })?;
                 q.last_lsn = pos.lsn;
                 let mut out = Vec::with_capacity(entries.len());
                 for e in &entries {
@@ -639,7 +734,11 @@ impl<D: Disk> Shard<D> {
                 id: m.id,
                 inserted_ms: m.inserted_ms,
                 expires_ms: m.expires_ms,
-                pop_receipt: PopReceipt { nonce: m.receipt, seq: m.seq }.encode(),
+                pop_receipt: PopReceipt {
+                    nonce: m.receipt,
+                    seq: m.seq,
+                }
+                .encode(),
                 visible_ms: m.visible_ms,
                 dequeue_count: m.dequeue_count,
                 text: self.load(src).await?,
@@ -660,11 +759,16 @@ impl<D: Disk> Shard<D> {
         let bytes = match src {
             BodySource::Cached(b) => b,
             BodySource::Disk(file, loc) => {
-                let data = file.read_at(loc.offset, loc.len as usize).await.map_err(|e| QueueError::Internal {
-                    reason: format!("reading a message body from segment {}: {e}", loc.seg),
-                })?;
+                let data = file
+                    .read_at(loc.offset, loc.len as usize)
+                    .await
+                    .map_err(|e| QueueError::Internal {
+                        reason: format!("reading a message body from segment {}: {e}", loc.seg),
+                    })?;
                 if data.len() != loc.len as usize {
-                    return Err(QueueError::Internal { reason: format!("short read of a message body in segment {}", loc.seg) });
+                    return Err(QueueError::Internal {
+                        reason: format!("short read of a message body in segment {}", loc.seg),
+                    });
                 }
                 let b: Rc<[u8]> = Rc::from(data);
                 self.cache.borrow_mut().insert((loc.seg, loc.offset), b.clone());
@@ -675,13 +779,28 @@ impl<D: Disk> Shard<D> {
     }
 
     /// Peek Messages (§2.14): visible messages, no side effects.
-    pub async fn peek_messages(&self, account: &str, name: &str, n: Option<i64>) -> Result<Vec<PeekedMessage>, QueueError> {
-        let n = check_range("numofmessages", n.unwrap_or(1), MIN_NUM_OF_MESSAGES, MAX_NUM_OF_MESSAGES)? as usize;
+    pub async fn peek_messages(
+        &self,
+        account: &str,
+        name: &str,
+        n: Option<i64>,
+    ) -> Result<Vec<PeekedMessage>, QueueError> {
+        let n = check_range(
+            "numofmessages",
+            n.unwrap_or(1),
+            MIN_NUM_OF_MESSAGES,
+            MAX_NUM_OF_MESSAGES,
+        )? as usize;
         let picked = self
             .read_queue(account, name, |q, now| {
                 q.visible(now, n)
                     .into_iter()
-                    .map(|seq| (q.get(seq).expect("visible message exists").clone(), self.body_source(&self.wal, seq, q)))
+                    .map(|seq| {
+                        (
+                            q.get(seq).expect("visible message exists").clone(),
+                            self.body_source(&self.wal, seq, q),
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
             .await?;
@@ -703,12 +822,22 @@ impl<D: Disk> Shard<D> {
         let id = Uuid::parse_str(id).map_err(|_| QueueError::MessageNotFound)?;
         let m = q.find(&id).ok_or(QueueError::MessageNotFound)?;
         if m.receipt != receipt.nonce || m.seq != receipt.seq {
-            return Err(if self.cfg.stale_receipt_is_mismatch { QueueError::PopReceiptMismatch } else { QueueError::MessageNotFound });
+            return Err(if self.cfg.stale_receipt_is_mismatch {
+                QueueError::PopReceiptMismatch
+            } else {
+                QueueError::MessageNotFound
+            });
         }
         Ok(m.seq)
     }
 
-    pub async fn delete_message(&self, account: &str, name: &str, id: &str, pop_receipt: &str) -> Result<(), QueueError> {
+    pub async fn delete_message(
+        &self,
+        account: &str,
+        name: &str,
+        id: &str,
+        pop_receipt: &str,
+    ) -> Result<(), QueueError> {
         let receipt = PopReceipt::decode(pop_receipt)?;
         self.mutate(|st, wal, now| {
             let q = st.queue_mut(account, name)?;
@@ -724,9 +853,19 @@ impl<D: Disk> Shard<D> {
     }
 
     /// Update Message (§2.17): new visibility, optionally new text, new receipt.
-    pub async fn update_message(&self, account: &str, name: &str, id: &str, pop_receipt: &str, visibility_timeout: Option<i64>, text: Option<String>) -> Result<UpdateReceipt, QueueError> {
+    pub async fn update_message(
+        &self,
+        account: &str,
+        name: &str,
+        id: &str,
+        pop_receipt: &str,
+        visibility_timeout: Option<i64>,
+        text: Option<String>,
+    ) -> Result<UpdateReceipt, QueueError> {
         let receipt = PopReceipt::decode(pop_receipt)?;
-        let vt = visibility_timeout.ok_or(QueueError::MissingRequiredQueryParameter { name: "visibilitytimeout" })?;
+        let vt = visibility_timeout.ok_or(QueueError::MissingRequiredQueryParameter {
+            name: "visibilitytimeout",
+        })?;
         let vt = check_range("visibilitytimeout", vt, 0, MAX_VISIBILITY_TIMEOUT_SECS)?;
         if let Some(t) = &text {
             check_text(t)?;
@@ -756,19 +895,32 @@ impl<D: Disk> Shard<D> {
                     let fresh = message_from_state(&state, pos);
                     self.unpin_message(&m);
                     wal.pin(fresh.body.seg, fresh.body.frame_len);
-                    self.cache.borrow_mut().insert((fresh.body.seg, fresh.body.offset), body);
+                    self.cache
+                        .borrow_mut()
+                        .insert((fresh.body.seg, fresh.body.offset), body);
                     q.upsert(fresh);
                     pos
                 }
                 None => {
-                    let pos = wal.append(&Record::MessageVisibility { qid: q.qid, seq, visible_ms, receipt: nonce })?;
+                    let pos = wal.append(&Record::MessageVisibility {
+                        qid: q.qid,
+                        seq,
+                        visible_ms,
+                        receipt: nonce,
+                    })?;
                     q.set_visibility(seq, visible_ms, nonce, None);
                     pos
                 }
             };
             q.last_lsn = pos.lsn;
             st.next_id += 1;
-            Ok((UpdateReceipt { pop_receipt: PopReceipt { nonce, seq }.encode(), visible_ms }, pos.lsn))
+            Ok((
+                UpdateReceipt {
+                    pop_receipt: PopReceipt { nonce, seq }.encode(),
+                    visible_ms,
+                },
+                pos.lsn,
+            ))
         })
         .await
     }
@@ -840,11 +992,20 @@ impl<D: Disk> Shard<D> {
     async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
         let mut rewritten = 0;
         // Queue definitions first: they are small and need no reads.
-        let qids: Vec<u64> = self.st.borrow().queues.values().filter(|q| q.def_seg == seg).map(|q| q.qid).collect();
+        let qids: Vec<u64> = self
+            .st
+            .borrow()
+            .queues
+            .values()
+            .filter(|q| q.def_seg == seg)
+            .map(|q| q.qid)
+            .collect();
         for qid in qids {
             self.wal.reserve(self.now()).await?;
             let mut st = self.st.borrow_mut();
-            let Some(q) = st.queues.get_mut(&qid).filter(|q| q.def_seg == seg) else { continue };
+            let Some(q) = st.queues.get_mut(&qid).filter(|q| q.def_seg == seg) else {
+                continue;
+            };
             let pos = self.wal.append(&Record::QueueDefined {
                 qid,
                 account: q.account.clone(),
@@ -861,7 +1022,14 @@ impl<D: Disk> Shard<D> {
         }
         let msgs: Vec<(u64, u64, BodyLoc)> = {
             let st = self.st.borrow();
-            st.queues.values().flat_map(|q| q.messages().filter(|m| m.body.seg == seg).map(move |m| (q.qid, m.seq, m.body))).collect()
+            st.queues
+                .values()
+                .flat_map(|q| {
+                    q.messages()
+                        .filter(|m| m.body.seg == seg)
+                        .map(move |m| (q.qid, m.seq, m.body))
+                })
+                .collect()
         };
         for (qid, seq, loc) in msgs {
             let src = match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
@@ -879,7 +1047,9 @@ impl<D: Disk> Shard<D> {
             let mut st = self.st.borrow_mut();
             // Skip it if it was deleted or changed while we read.
             let Some(q) = st.queues.get_mut(&qid) else { continue };
-            let Some(m) = q.get(seq).filter(|m| m.body == loc).cloned() else { continue };
+            let Some(m) = q.get(seq).filter(|m| m.body == loc).cloned() else {
+                continue;
+            };
             let state = state_of(qid, &m, body);
             let pos = self.wal.append(&Record::MessageRewritten(state.clone()))?;
             let fresh = message_from_state(&state, pos);
@@ -919,8 +1089,17 @@ impl<D: Disk> Shard<D> {
             for q in st.queues.values() {
                 let mut msgs: Vec<Message> = q.messages().cloned().collect();
                 msgs.sort_by_key(|m| (m.visible_ms, m.seq));
-                let srcs = msgs.iter().map(|m| self.body_source(&self.wal, m.seq, q)).collect::<Vec<_>>();
-                pending.push(((q.account.clone(), q.name.clone()), q.metadata.clone(), q.acl.clone(), msgs, srcs));
+                let srcs = msgs
+                    .iter()
+                    .map(|m| self.body_source(&self.wal, m.seq, q))
+                    .collect::<Vec<_>>();
+                pending.push((
+                    (q.account.clone(), q.name.clone()),
+                    q.metadata.clone(),
+                    q.acl.clone(),
+                    msgs,
+                    srcs,
+                ));
             }
         }
         let mut out = BTreeMap::new();
@@ -929,7 +1108,14 @@ impl<D: Disk> Shard<D> {
             for (m, src) in msgs.into_iter().zip(srcs) {
                 messages.push((m, self.load(src).await?));
             }
-            out.insert(key, QueueDump { metadata, acl, messages });
+            out.insert(
+                key,
+                QueueDump {
+                    metadata,
+                    acl,
+                    messages,
+                },
+            );
         }
         Ok(out)
     }

@@ -14,18 +14,24 @@ fn churn_over_a_small_live_set_keeps_the_wal_small() {
     let body = "b".repeat(1024);
     let mut traffic = 0u64;
     block_on(async {
-        s.create_queue(ACCT, "keep", Metadata(vec![("Pinned".into(), "yes".into())])).await.unwrap();
+        s.create_queue(ACCT, "keep", Metadata(vec![("Pinned".into(), "yes".into())]))
+            .await
+            .unwrap();
         s.create_queue(ACCT, "churn", Metadata::default()).await.unwrap();
         // Long-lived messages written first, so they sit in the oldest segment.
         for i in 0..20 {
-            s.put_message(ACCT, "keep", format!("keep {i}"), None, Some(-1)).await.unwrap();
+            s.put_message(ACCT, "keep", format!("keep {i}"), None, Some(-1))
+                .await
+                .unwrap();
         }
         for round in 0..12_000u32 {
             s.put_message(ACCT, "churn", body.clone(), None, None).await.unwrap();
             traffic += body.len() as u64;
             if round % 2 == 1 {
                 for m in s.get_messages(ACCT, "churn", Some(2), None).await.unwrap() {
-                    s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt).await.unwrap();
+                    s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt)
+                        .await
+                        .unwrap();
                 }
             }
             if round % 64 == 0 {
@@ -44,7 +50,10 @@ fn churn_over_a_small_live_set_keeps_the_wal_small() {
         total >> 10,
         stats.len()
     );
-    assert!(total <= 10 * live + 2 * MIN_SEGMENT_BYTES + MIN_SEGMENT_BYTES, "WAL {total} bytes for {live} live bytes");
+    assert!(
+        total <= 10 * live + 2 * MIN_SEGMENT_BYTES + MIN_SEGMENT_BYTES,
+        "WAL {total} bytes for {live} live bytes"
+    );
     // Everything live is intact, before and after a crash.
     let dump = block_on(s.dump()).unwrap();
     let keep = &dump[&(ACCT.to_string(), "keep".to_string())];

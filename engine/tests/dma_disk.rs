@@ -39,7 +39,9 @@ async fn open(dir: &Path, sync: SyncPath) -> Result<Shard<DmaDisk>, StorageError
 fn fill(dir: PathBuf, sync: SyncPath, n: usize) -> Vec<String> {
     on_glommio(move || async move {
         let s = open(&dir, sync).await.unwrap();
-        s.create_queue(ACCT, "real", Metadata(vec![("Disk".into(), "dma".into())])).await.unwrap();
+        s.create_queue(ACCT, "real", Metadata(vec![("Disk".into(), "dma".into())]))
+            .await
+            .unwrap();
         let mut texts = Vec::new();
         for i in 0..n {
             let t = format!("{i:05} {}", "d".repeat(i * 37 % 3000));
@@ -109,5 +111,8 @@ fn bit_flip_mid_log_on_a_real_file_is_refused() {
     bytes[4096 + 40] ^= 0x04;
     std::fs::write(&first, &bytes).unwrap();
     let err = texts(dir.path().to_path_buf()).unwrap_err();
-    assert!(err.contains("00000000000000000001.wal") && err.contains("offset 4128"), "{err}");
+    assert!(
+        err.contains("00000000000000000001.wal") && err.contains("offset 4128"),
+        "{err}"
+    );
 }

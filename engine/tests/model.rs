@@ -26,17 +26,45 @@ enum Op {
     Create(usize, u8),
     DeleteQueue(usize),
     SetMeta(usize, u8),
-    Put { q: usize, len: usize, vt: i64, ttl: i64 },
-    Get { q: usize, n: i64, vt: i64 },
-    Peek { q: usize, n: i64 },
-    Delete { q: usize, k: usize, stale: bool },
-    Update { q: usize, k: usize, vt: i64, text: bool, stale: bool },
+    Put {
+        q: usize,
+        len: usize,
+        vt: i64,
+        ttl: i64,
+    },
+    Get {
+        q: usize,
+        n: i64,
+        vt: i64,
+    },
+    Peek {
+        q: usize,
+        n: i64,
+    },
+    Delete {
+        q: usize,
+        k: usize,
+        stale: bool,
+    },
+    Update {
+        q: usize,
+        k: usize,
+        vt: i64,
+        text: bool,
+        stale: bool,
+    },
     Clear(usize),
     Advance(u64),
     Maintenance,
-    Crash { tear: bool, seed: u64 },
+    Crash {
+        tear: bool,
+        seed: u64,
+    },
     Restart,
-    FailedPut { q: usize, seed: u64 },
+    FailedPut {
+        q: usize,
+        seed: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -120,8 +148,25 @@ fn compare(s: &Shard<SimDisk>, model: &mut Model, now: u64) {
         let mq = model.queues.get_mut(name).unwrap();
         assert_eq!(qd.metadata, mq.metadata, "metadata of {name}");
         mq.msgs.sort_by_key(|m| (m.visible, m.order));
-        let got: Vec<_> = qd.messages.iter().map(|(m, t)| (m.id, t.clone(), m.inserted_ms, m.expires_ms, m.visible_ms, m.dequeue_count)).collect();
-        let want: Vec<_> = mq.msgs.iter().map(|m| (m.id, m.text.clone(), m.inserted, m.expires, m.visible, m.dq)).collect();
+        let got: Vec<_> = qd
+            .messages
+            .iter()
+            .map(|(m, t)| {
+                (
+                    m.id,
+                    t.clone(),
+                    m.inserted_ms,
+                    m.expires_ms,
+                    m.visible_ms,
+                    m.dequeue_count,
+                )
+            })
+            .collect();
+        let want: Vec<_> = mq
+            .msgs
+            .iter()
+            .map(|m| (m.id, m.text.clone(), m.inserted, m.expires, m.visible, m.dq))
+            .collect();
         assert_eq!(got, want, "messages of {name}");
     }
 }
@@ -142,7 +187,13 @@ fn run(ops: Vec<Op>) {
                 match model.queues.get(name) {
                     None => {
                         assert_eq!(r, Ok(Created::New));
-                        model.queues.insert(name.into(), MQueue { metadata: meta(m), msgs: vec![] });
+                        model.queues.insert(
+                            name.into(),
+                            MQueue {
+                                metadata: meta(m),
+                                msgs: vec![],
+                            },
+                        );
                     }
                     Some(mq) if mq.metadata.equivalent(&meta(m)) => assert_eq!(r, Ok(Created::AlreadyExisted)),
                     Some(_) => assert_eq!(r, Err(QueueError::QueueAlreadyExists)),
@@ -172,12 +223,26 @@ fn run(ops: Vec<Op>) {
                     Some(_) if invalid => assert_eq!(r.unwrap_err().code(), "InvalidQueryParameterValue"),
                     Some(mq) => {
                         let p = r.unwrap();
-                        let expires = if ttl == -1 { EXPIRY_NEVER_MS } else { now + ttl as u64 * 1000 };
-                        assert_eq!((p.inserted_ms, p.expires_ms, p.visible_ms), (now, expires, now + vt as u64 * 1000));
+                        let expires = if ttl == -1 {
+                            EXPIRY_NEVER_MS
+                        } else {
+                            now + ttl as u64 * 1000
+                        };
+                        assert_eq!(
+                            (p.inserted_ms, p.expires_ms, p.visible_ms),
+                            (now, expires, now + vt as u64 * 1000)
+                        );
                         model.order += 1;
                         mq.msgs.push(MMsg {
-                            id: p.id, text, inserted: now, expires, visible: p.visible_ms, dq: 0,
-                            receipt: Some(p.pop_receipt), stale: None, order: model.order,
+                            id: p.id,
+                            text,
+                            inserted: now,
+                            expires,
+                            visible: p.visible_ms,
+                            dq: 0,
+                            receipt: Some(p.pop_receipt),
+                            stale: None,
+                            order: model.order,
                         });
                     }
                 }
@@ -191,7 +256,10 @@ fn run(ops: Vec<Op>) {
                 let want = model.visible(QUEUES[q], now, n as usize);
                 let got = r.unwrap();
                 let mq = model.queues.get_mut(QUEUES[q]).unwrap();
-                assert_eq!(got.iter().map(|m| m.id).collect::<Vec<_>>(), want.iter().map(|&i| mq.msgs[i].id).collect::<Vec<_>>());
+                assert_eq!(
+                    got.iter().map(|m| m.id).collect::<Vec<_>>(),
+                    want.iter().map(|&i| mq.msgs[i].id).collect::<Vec<_>>()
+                );
                 for (g, &i) in got.iter().zip(&want) {
                     let m = &mut mq.msgs[i];
                     m.dq += 1;
@@ -205,14 +273,24 @@ fn run(ops: Vec<Op>) {
                 match model.queues.get(QUEUES[q]) {
                     None => assert_eq!(r.unwrap_err(), QueueError::QueueNotFound),
                     Some(mq) => {
-                        let want: Vec<_> = model.visible(QUEUES[q], now, n as usize).into_iter().map(|i| (mq.msgs[i].id, mq.msgs[i].text.clone(), mq.msgs[i].dq)).collect();
-                        let got: Vec<_> = r.unwrap().into_iter().map(|m| (m.id, m.text, m.dequeue_count)).collect();
+                        let want: Vec<_> = model
+                            .visible(QUEUES[q], now, n as usize)
+                            .into_iter()
+                            .map(|i| (mq.msgs[i].id, mq.msgs[i].text.clone(), mq.msgs[i].dq))
+                            .collect();
+                        let got: Vec<_> = r
+                            .unwrap()
+                            .into_iter()
+                            .map(|m| (m.id, m.text, m.dequeue_count))
+                            .collect();
                         assert_eq!(got, want);
                     }
                 }
             }
             Op::Delete { q, k, stale } | Op::Update { q, k, stale, .. } => {
-                let Some(mq) = model.queues.get_mut(QUEUES[q]) else { continue };
+                let Some(mq) = model.queues.get_mut(QUEUES[q]) else {
+                    continue;
+                };
                 if mq.msgs.is_empty() {
                     continue;
                 }
@@ -270,7 +348,11 @@ fn run(ops: Vec<Op>) {
             }
             Op::Crash { tear, seed } => {
                 drop(s);
-                disk = disk.crash(if tear { CrashMode::TearUnsynced { seed } } else { CrashMode::LoseUnsynced });
+                disk = disk.crash(if tear {
+                    CrashMode::TearUnsynced { seed }
+                } else {
+                    CrashMode::LoseUnsynced
+                });
                 s = open(&disk, &clock, small_config());
                 compare(&s, &mut model, now);
             }
@@ -280,7 +362,10 @@ fn run(ops: Vec<Op>) {
                 }
                 text_no += 1;
                 let text = format!("{text_no}:unacknowledged");
-                disk.set_faults(Faults { fail_sync_after: Some(0), ..Default::default() });
+                disk.set_faults(Faults {
+                    fail_sync_after: Some(0),
+                    ..Default::default()
+                });
                 let r = block_on(s.put_message(ACCT, QUEUES[q], text.clone(), None, Some(-1)));
                 assert_eq!(r.unwrap_err().status(), 500);
                 disk.set_faults(Faults::default());
@@ -289,12 +374,26 @@ fn run(ops: Vec<Op>) {
                 s = open(&disk, &clock, small_config());
                 // The put was never acknowledged: it may or may not have survived.
                 let dump = block_on(s.dump()).unwrap();
-                if let Some((m, _)) = dump[&(ACCT.to_string(), QUEUES[q].to_string())].messages.iter().find(|(_, t)| *t == text) {
-                    assert_eq!((m.inserted_ms, m.expires_ms, m.visible_ms, m.dequeue_count), (now, EXPIRY_NEVER_MS, now, 0));
+                if let Some((m, _)) = dump[&(ACCT.to_string(), QUEUES[q].to_string())]
+                    .messages
+                    .iter()
+                    .find(|(_, t)| *t == text)
+                {
+                    assert_eq!(
+                        (m.inserted_ms, m.expires_ms, m.visible_ms, m.dequeue_count),
+                        (now, EXPIRY_NEVER_MS, now, 0)
+                    );
                     model.order += 1;
                     model.queues.get_mut(QUEUES[q]).unwrap().msgs.push(MMsg {
-                        id: m.id, text, inserted: now, expires: EXPIRY_NEVER_MS, visible: now, dq: 0,
-                        receipt: None, stale: None, order: model.order,
+                        id: m.id,
+                        text,
+                        inserted: now,
+                        expires: EXPIRY_NEVER_MS,
+                        visible: now,
+                        dq: 0,
+                        receipt: None,
+                        stale: None,
+                        order: model.order,
                     });
                 }
                 compare(&s, &mut model, now);

@@ -13,16 +13,31 @@ use std::rc::Rc;
 
 fn workload(s: &Shard<SimDisk>, n: usize) {
     block_on(async {
-        let _ = s.create_queue(ACCT, "work", Metadata(vec![("K".into(), "v".into())])).await;
+        let _ = s
+            .create_queue(ACCT, "work", Metadata(vec![("K".into(), "v".into())]))
+            .await;
         for i in 0..n {
-            s.put_message(ACCT, "work", format!("message {i} {}", "p".repeat(i % 300)), None, None).await.unwrap();
+            s.put_message(ACCT, "work", format!("message {i} {}", "p".repeat(i % 300)), None, None)
+                .await
+                .unwrap();
             if i % 3 == 0 {
                 let got = s.get_messages(ACCT, "work", Some(2), Some(60)).await.unwrap();
                 if let Some(m) = got.first() {
                     if i % 2 == 0 {
-                        s.delete_message(ACCT, "work", &m.id.to_string(), &m.pop_receipt).await.unwrap();
+                        s.delete_message(ACCT, "work", &m.id.to_string(), &m.pop_receipt)
+                            .await
+                            .unwrap();
                     } else {
-                        s.update_message(ACCT, "work", &m.id.to_string(), &m.pop_receipt, Some(5), Some(format!("upd {i}"))).await.unwrap();
+                        s.update_message(
+                            ACCT,
+                            "work",
+                            &m.id.to_string(),
+                            &m.pop_receipt,
+                            Some(5),
+                            Some(format!("upd {i}")),
+                        )
+                        .await
+                        .unwrap();
                     }
                 }
             }
@@ -61,12 +76,24 @@ fn pop_receipts_survive_a_crash() {
     });
     let s = open(&disk.crash(CrashMode::LoseUnsynced), &clock, small_config());
     block_on(async {
-        assert!(s.get_messages(ACCT, "que", None, None).await.unwrap().is_empty(), "still invisible after the crash");
-        let up = s.update_message(ACCT, "que", &got.id.to_string(), &got.pop_receipt, Some(0), None).await.unwrap();
+        assert!(
+            s.get_messages(ACCT, "que", None, None).await.unwrap().is_empty(),
+            "still invisible after the crash"
+        );
+        let up = s
+            .update_message(ACCT, "que", &got.id.to_string(), &got.pop_receipt, Some(0), None)
+            .await
+            .unwrap();
         let again = s.get_messages(ACCT, "que", None, None).await.unwrap().remove(0);
         assert_eq!(again.dequeue_count, 2);
-        assert_eq!(s.delete_message(ACCT, "que", &got.id.to_string(), &up.pop_receipt).await, Err(QueueError::MessageNotFound));
-        s.delete_message(ACCT, "que", &got.id.to_string(), &again.pop_receipt).await.unwrap();
+        assert_eq!(
+            s.delete_message(ACCT, "que", &got.id.to_string(), &up.pop_receipt)
+                .await,
+            Err(QueueError::MessageNotFound)
+        );
+        s.delete_message(ACCT, "que", &got.id.to_string(), &again.pop_receipt)
+            .await
+            .unwrap();
     });
 }
 
@@ -75,7 +102,10 @@ fn failed_fdatasync_poisons_and_acknowledges_nothing() {
     let (disk, clock, s) = fresh();
     workload(&s, 50);
     let before = block_on(s.dump()).unwrap();
-    disk.set_faults(Faults { fail_sync_after: Some(0), ..Default::default() });
+    disk.set_faults(Faults {
+        fail_sync_after: Some(0),
+        ..Default::default()
+    });
     let e = block_on(s.put_message(ACCT, "work", "never acked".into(), None, None)).unwrap_err();
     assert_eq!(e.status(), 500);
     assert!(e.to_string().contains("internal error"), "{e}");
@@ -83,11 +113,17 @@ fn failed_fdatasync_poisons_and_acknowledges_nothing() {
     // poisoned: every later mutation is refused with a reason, even though the disk works again
     let e = block_on(s.put_message(ACCT, "work", "x".into(), None, None)).unwrap_err();
     match &e {
-        QueueError::Internal { reason } => assert!(reason.contains("poisoned") && reason.contains("fdatasync"), "{reason}"),
+        QueueError::Internal { reason } => {
+            assert!(reason.contains("poisoned") && reason.contains("fdatasync"), "{reason}")
+        }
         other => panic!("{other:?}"),
     }
     drop(s);
-    for mode in [CrashMode::LoseUnsynced, CrashMode::TearUnsynced { seed: 1 }, CrashMode::TearUnsynced { seed: 2 }] {
+    for mode in [
+        CrashMode::LoseUnsynced,
+        CrashMode::TearUnsynced { seed: 1 },
+        CrashMode::TearUnsynced { seed: 2 },
+    ] {
         let s = open(&disk.crash(mode), &clock, small_config());
         let after = block_on(s.dump()).unwrap();
         let msgs = &after[&(ACCT.to_string(), "work".to_string())].messages;
@@ -117,7 +153,12 @@ fn torn_tail_is_cut_at_every_offset() {
         acked.push(format!("m{i}"));
     }
     drop(s);
-    let last = disk.file_names().into_iter().filter(|n| n.ends_with(".wal")).max().unwrap();
+    let last = disk
+        .file_names()
+        .into_iter()
+        .filter(|n| n.ends_with(".wal"))
+        .max()
+        .unwrap();
     let bytes = disk.file_bytes(&last).unwrap();
     let data_end = bytes.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
     let mut offsets: Vec<u64> = (4096..data_end + 512).step_by(512).collect();
@@ -157,7 +198,10 @@ fn mid_log_bit_flip_is_refused_with_file_and_offset() {
     let msg = e.to_string();
     assert!(matches!(e, StorageError::Corruption { .. }), "{msg}");
     assert!(msg.contains(victim.as_str()), "names the file: {msg}");
-    assert!(msg.contains("at offset 4128"), "names the offset of the damaged frame: {msg}");
+    assert!(
+        msg.contains("at offset 4128"),
+        "names the offset of the damaged frame: {msg}"
+    );
 
     // The operator override sets the segment aside and starts.
     let mut cfg = small_config();
@@ -197,7 +241,11 @@ fn every_byte_flip_in_a_sealed_segment_is_detected() {
                 // Only bytes that no checksum covers may be flipped harmlessly:
                 // padding after a commit, and unused header bytes.
                 let dump = block_on(s.dump()).unwrap();
-                assert_eq!(dump[&(ACCT.to_string(), "que".to_string())].messages.len(), 7, "flip at {off} lost data silently");
+                assert_eq!(
+                    dump[&(ACCT.to_string(), "que".to_string())].messages.len(),
+                    7,
+                    "flip at {off} lost data silently"
+                );
             }
         }
     }
@@ -207,7 +255,10 @@ fn every_byte_flip_in_a_sealed_segment_is_detected() {
 fn disk_full_refuses_writes_keeps_reads_and_recovers() {
     let (disk, _clock, s) = fresh();
     block_on(s.create_queue(ACCT, "que", Metadata::default())).unwrap();
-    disk.set_faults(Faults { no_space: true, ..Default::default() });
+    disk.set_faults(Faults {
+        no_space: true,
+        ..Default::default()
+    });
     // Fill the current segment; the rotation needs a new file, which fails.
     let mut refused = None;
     for i in 0..200 {
@@ -223,7 +274,12 @@ fn disk_full_refuses_writes_keeps_reads_and_recovers() {
     assert_eq!((e.status(), e.code()), (503, "ServerBusy"), "{e}");
     assert!(e.to_string().contains("unable") || matches!(e, QueueError::ServerBusy { .. }));
     // reads still work
-    assert_eq!(block_on(s.get_properties(ACCT, "que")).unwrap().approximate_message_count, n as u64);
+    assert_eq!(
+        block_on(s.get_properties(ACCT, "que"))
+            .unwrap()
+            .approximate_message_count,
+        n as u64
+    );
     assert_eq!(block_on(s.peek_messages(ACCT, "que", Some(1))).unwrap().len(), 1);
     // space comes back: writes resume
     disk.set_faults(Faults::default());

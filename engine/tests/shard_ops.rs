@@ -18,13 +18,28 @@ fn create_queue_201_204_409_and_name_rules() {
     let (_d, _c, s) = fresh();
     block_on(async {
         assert_eq!(s.create_queue(ACCT, "qu1", md(&[("Foo", "1")])).await, Ok(Created::New));
-        assert_eq!(s.create_queue(ACCT, "qu1", md(&[("foo", "1")])).await, Ok(Created::AlreadyExisted));
-        assert_eq!(s.create_queue(ACCT, "qu1", md(&[])).await, Err(QueueError::QueueAlreadyExists));
+        assert_eq!(
+            s.create_queue(ACCT, "qu1", md(&[("foo", "1")])).await,
+            Ok(Created::AlreadyExisted)
+        );
+        assert_eq!(
+            s.create_queue(ACCT, "qu1", md(&[])).await,
+            Err(QueueError::QueueAlreadyExists)
+        );
         assert_eq!(s.create_queue(ACCT, "qu2", md(&[])).await, Ok(Created::New));
         assert_eq!(s.create_queue(ACCT, "qu2", md(&[])).await, Ok(Created::AlreadyExisted));
-        assert_eq!(s.create_queue(ACCT, "ab", md(&[])).await, Err(QueueError::OutOfRangeInput));
-        assert_eq!(s.create_queue(ACCT, "Abc", md(&[])).await, Err(QueueError::InvalidResourceName));
-        assert!(matches!(s.create_queue(ACCT, "qu3", md(&[("1x", "")])).await, Err(QueueError::InvalidMetadata { .. })));
+        assert_eq!(
+            s.create_queue(ACCT, "ab", md(&[])).await,
+            Err(QueueError::OutOfRangeInput)
+        );
+        assert_eq!(
+            s.create_queue(ACCT, "Abc", md(&[])).await,
+            Err(QueueError::InvalidResourceName)
+        );
+        assert!(matches!(
+            s.create_queue(ACCT, "qu3", md(&[("1x", "")])).await,
+            Err(QueueError::InvalidMetadata { .. })
+        ));
         // same name in another account is another queue
         assert_eq!(s.create_queue("other", "qu1", md(&[])).await, Ok(Created::New));
     });
@@ -39,9 +54,15 @@ fn delete_queue_removes_messages_and_404s_after() {
         s.delete_queue(ACCT, "qu1").await.unwrap();
         assert_eq!(s.delete_queue(ACCT, "qu1").await, Err(QueueError::QueueNotFound));
         assert_eq!(s.get_properties(ACCT, "qu1").await, Err(QueueError::QueueNotFound));
-        assert_eq!(s.put_message(ACCT, "qu1", "a".into(), None, None).await.unwrap_err(), QueueError::QueueNotFound);
+        assert_eq!(
+            s.put_message(ACCT, "qu1", "a".into(), None, None).await.unwrap_err(),
+            QueueError::QueueNotFound
+        );
         s.create_queue(ACCT, "qu1", md(&[])).await.unwrap();
-        assert_eq!(s.get_properties(ACCT, "qu1").await.unwrap().approximate_message_count, 0);
+        assert_eq!(
+            s.get_properties(ACCT, "qu1").await.unwrap().approximate_message_count,
+            0
+        );
     });
 }
 
@@ -54,7 +75,10 @@ fn list_queues_prefix_marker_max() {
         }
         s.create_queue("other", "aab", md(&[])).await.unwrap();
         let (all, more) = s.list_queues(ACCT, "", None, 100).await.unwrap();
-        assert_eq!(all.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), ["aaa", "abc", "abd", "bbb", "zzz"]);
+        assert_eq!(
+            all.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
+            ["aaa", "abc", "abd", "bbb", "zzz"]
+        );
         assert!(!more);
         let (page, more) = s.list_queues(ACCT, "ab", None, 1).await.unwrap();
         assert_eq!((page[0].name.as_str(), more), ("abc", true));
@@ -71,13 +95,24 @@ fn metadata_and_acl_round_trip() {
     let (_d, _c, s) = fresh();
     block_on(async {
         s.create_queue(ACCT, "qu1", md(&[("A", "1")])).await.unwrap();
-        s.set_metadata(ACCT, "qu1", md(&[("Foo", "bar"), ("x", "")])).await.unwrap();
-        assert_eq!(s.get_properties(ACCT, "qu1").await.unwrap().metadata, md(&[("Foo", "bar"), ("x", "")]));
+        s.set_metadata(ACCT, "qu1", md(&[("Foo", "bar"), ("x", "")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            s.get_properties(ACCT, "qu1").await.unwrap().metadata,
+            md(&[("Foo", "bar"), ("x", "")])
+        );
         s.set_metadata(ACCT, "qu1", md(&[])).await.unwrap();
         assert_eq!(s.get_properties(ACCT, "qu1").await.unwrap().metadata, md(&[]));
-        assert_eq!(s.set_metadata(ACCT, "nope", md(&[])).await, Err(QueueError::QueueNotFound));
+        assert_eq!(
+            s.set_metadata(ACCT, "nope", md(&[])).await,
+            Err(QueueError::QueueNotFound)
+        );
         let big = "v".repeat(MAX_METADATA_BYTES);
-        assert_eq!(s.set_metadata(ACCT, "qu1", md(&[("k", &big)])).await, Err(QueueError::MetadataTooLarge));
+        assert_eq!(
+            s.set_metadata(ACCT, "qu1", md(&[("k", &big)])).await,
+            Err(QueueError::MetadataTooLarge)
+        );
         let acl = vec![SignedIdentifier {
             id: "p1".into(),
             start: Some("2020-01-01T00:00:00.0000000Z".into()),
@@ -89,8 +124,15 @@ fn metadata_and_acl_round_trip() {
         // metadata survives an ACL change and vice versa
         s.set_metadata(ACCT, "qu1", md(&[("B", "2")])).await.unwrap();
         assert_eq!(s.get_acl(ACCT, "qu1").await.unwrap(), acl);
-        let bad = vec![SignedIdentifier { id: "x".into(), permission: Some("w".into()), ..Default::default() }];
-        assert!(matches!(s.set_acl(ACCT, "qu1", bad).await, Err(QueueError::InvalidXmlDocument { .. })));
+        let bad = vec![SignedIdentifier {
+            id: "x".into(),
+            permission: Some("w".into()),
+            ..Default::default()
+        }];
+        assert!(matches!(
+            s.set_acl(ACCT, "qu1", bad).await,
+            Err(QueueError::InvalidXmlDocument { .. })
+        ));
         s.set_acl(ACCT, "qu1", vec![]).await.unwrap();
         assert!(s.get_acl(ACCT, "qu1").await.unwrap().is_empty());
     });
@@ -109,17 +151,32 @@ fn put_validation() {
         // the limit counts UTF-8 bytes: 65536 bytes of multi-byte text is fine
         let exact = "é".repeat(MAX_MESSAGE_BYTES / 2);
         assert!(s.put_message(ACCT, "que", exact, None, None).await.is_ok());
-        let e = s.put_message(ACCT, "que", "a".into(), Some(604_801), None).await.unwrap_err();
+        let e = s
+            .put_message(ACCT, "que", "a".into(), Some(604_801), None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "OutOfRangeQueryParameterValue");
-        let e = s.put_message(ACCT, "que", "a".into(), Some(-1), None).await.unwrap_err();
+        let e = s
+            .put_message(ACCT, "que", "a".into(), Some(-1), None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "OutOfRangeQueryParameterValue");
         for ttl in [0, -2, i32::MAX as i64 + 1] {
-            let e = s.put_message(ACCT, "que", "a".into(), None, Some(ttl)).await.unwrap_err();
+            let e = s
+                .put_message(ACCT, "que", "a".into(), None, Some(ttl))
+                .await
+                .unwrap_err();
             assert_eq!(e.code(), "InvalidQueryParameterValue", "ttl {ttl}");
         }
-        let e = s.put_message(ACCT, "que", "a".into(), Some(10), Some(10)).await.unwrap_err();
+        let e = s
+            .put_message(ACCT, "que", "a".into(), Some(10), Some(10))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "InvalidQueryParameterValue");
-        assert!(s.put_message(ACCT, "que", "a".into(), Some(604_800), Some(-1)).await.is_ok());
+        assert!(s
+            .put_message(ACCT, "que", "a".into(), Some(604_800), Some(-1))
+            .await
+            .is_ok());
         assert!(s.put_message(ACCT, "que", "".into(), None, None).await.is_ok());
     });
 }
@@ -129,7 +186,10 @@ fn put_times_and_ttl() {
     let (_d, _c, s) = fresh();
     block_on(async {
         s.create_queue(ACCT, "que", md(&[])).await.unwrap();
-        let r = s.put_message(ACCT, "que", "a".into(), Some(5), Some(100)).await.unwrap();
+        let r = s
+            .put_message(ACCT, "que", "a".into(), Some(5), Some(100))
+            .await
+            .unwrap();
         assert_eq!(r.inserted_ms, T0);
         assert_eq!(r.visible_ms, T0 + 5_000);
         assert_eq!(r.expires_ms, T0 + 100_000);
@@ -137,7 +197,10 @@ fn put_times_and_ttl() {
         assert_eq!(r.expires_ms, T0 + DEFAULT_MESSAGE_TTL_SECS as u64 * 1000);
         let r = s.put_message(ACCT, "que", "a".into(), None, Some(-1)).await.unwrap();
         assert_eq!(r.expires_ms, EXPIRY_NEVER_MS);
-        let r = s.put_message(ACCT, "que", "a".into(), None, Some(i32::MAX as i64)).await.unwrap();
+        let r = s
+            .put_message(ACCT, "que", "a".into(), None, Some(i32::MAX as i64))
+            .await
+            .unwrap();
         assert!(r.expires_ms <= EXPIRY_NEVER_MS);
     });
 }
@@ -150,9 +213,14 @@ fn get_peek_order_visibility_and_dequeue_count() {
         for i in 0..5 {
             s.put_message(ACCT, "que", format!("m{i}"), None, None).await.unwrap();
         }
-        s.put_message(ACCT, "que", "delayed".into(), Some(60), None).await.unwrap();
+        s.put_message(ACCT, "que", "delayed".into(), Some(60), None)
+            .await
+            .unwrap();
         let peek = s.peek_messages(ACCT, "que", Some(32)).await.unwrap();
-        assert_eq!(peek.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), ["m0", "m1", "m2", "m3", "m4"]);
+        assert_eq!(
+            peek.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+            ["m0", "m1", "m2", "m3", "m4"]
+        );
         assert!(peek.iter().all(|m| m.dequeue_count == 0));
         let got = s.get_messages(ACCT, "que", Some(2), Some(10)).await.unwrap();
         assert_eq!(got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), ["m0", "m1"]);
@@ -160,20 +228,34 @@ fn get_peek_order_visibility_and_dequeue_count() {
         // invisible ones are skipped by get and peek
         let peek = s.peek_messages(ACCT, "que", None).await.unwrap();
         assert_eq!(peek[0].text, "m2");
-        assert_eq!(s.get_properties(ACCT, "que").await.unwrap().approximate_message_count, 6);
+        assert_eq!(
+            s.get_properties(ACCT, "que").await.unwrap().approximate_message_count,
+            6
+        );
         clock.advance_ms(10_000);
         // m0, m1 visible again at T0+10s: ordered by visible-at, so m2..m4 (visible at T0) come first
         let got = s.get_messages(ACCT, "que", Some(32), None).await.unwrap();
-        assert_eq!(got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), ["m2", "m3", "m4", "m0", "m1"]);
+        assert_eq!(
+            got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+            ["m2", "m3", "m4", "m0", "m1"]
+        );
         let m0 = got.iter().find(|m| m.text == "m0").unwrap();
         assert_eq!(m0.dequeue_count, 2);
-        assert_eq!(m0.visible_ms, T0 + 10_000 + 30_000, "default visibility timeout is 30 s");
+        assert_eq!(
+            m0.visible_ms,
+            T0 + 10_000 + 30_000,
+            "default visibility timeout is 30 s"
+        );
         // nothing visible: empty list, not an error
         assert!(s.get_messages(ACCT, "que", Some(32), None).await.unwrap().is_empty());
         assert!(s.peek_messages(ACCT, "que", Some(32)).await.unwrap().is_empty());
         clock.advance_ms(60_000);
         let got = s.get_messages(ACCT, "que", Some(32), None).await.unwrap();
-        assert_eq!(got.len(), 6, "everything is visible again, including the delayed message");
+        assert_eq!(
+            got.len(),
+            6,
+            "everything is visible again, including the delayed message"
+        );
     });
 }
 
@@ -182,17 +264,33 @@ fn get_and_peek_parameter_ranges() {
     let (_d, _c, s) = fresh();
     block_on(async {
         s.create_queue(ACCT, "que", md(&[])).await.unwrap();
-        for (n, vt) in [(Some(0), None), (Some(33), None), (None, Some(0)), (None, Some(604_801))] {
+        for (n, vt) in [
+            (Some(0), None),
+            (Some(33), None),
+            (None, Some(0)),
+            (None, Some(604_801)),
+        ] {
             let e = s.get_messages(ACCT, "que", n, vt).await.unwrap_err();
             assert_eq!(e.code(), "OutOfRangeQueryParameterValue");
         }
         let e = s.peek_messages(ACCT, "que", Some(33)).await.unwrap_err();
         assert_eq!(
             e,
-            QueueError::OutOfRangeQueryParameterValue { name: "numofmessages", value: "33".into(), min: 1, max: 32 }
+            QueueError::OutOfRangeQueryParameterValue {
+                name: "numofmessages",
+                value: "33".into(),
+                min: 1,
+                max: 32
+            }
         );
-        assert_eq!(s.get_messages(ACCT, "nope", None, None).await.unwrap_err(), QueueError::QueueNotFound);
-        assert_eq!(s.peek_messages(ACCT, "nope", None).await.unwrap_err(), QueueError::QueueNotFound);
+        assert_eq!(
+            s.get_messages(ACCT, "nope", None, None).await.unwrap_err(),
+            QueueError::QueueNotFound
+        );
+        assert_eq!(
+            s.peek_messages(ACCT, "nope", None).await.unwrap_err(),
+            QueueError::QueueNotFound
+        );
     });
 }
 
@@ -206,17 +304,31 @@ fn delete_with_receipts() {
         // the receipt from Put works (e.g. to shorten a delay or delete)
         let got = s.get_messages(ACCT, "que", None, Some(5)).await.unwrap();
         // Put's receipt is stale after a Get issued a new one: Azure answers 404
-        assert_eq!(s.delete_message(ACCT, "que", &id, &put.pop_receipt).await, Err(QueueError::MessageNotFound));
+        assert_eq!(
+            s.delete_message(ACCT, "que", &id, &put.pop_receipt).await,
+            Err(QueueError::MessageNotFound)
+        );
         let e = s.delete_message(ACCT, "que", &id, "not-a-receipt!").await.unwrap_err();
         assert_eq!(e.code(), "InvalidQueryParameterValue");
-        assert_eq!(s.delete_message(ACCT, "que", "nonsense", &got[0].pop_receipt).await, Err(QueueError::MessageNotFound));
+        assert_eq!(
+            s.delete_message(ACCT, "que", "nonsense", &got[0].pop_receipt).await,
+            Err(QueueError::MessageNotFound)
+        );
         // the visibility timeout elapsing alone does not invalidate the receipt
         clock.advance_ms(6_000);
         s.delete_message(ACCT, "que", &id, &got[0].pop_receipt).await.unwrap();
-        assert_eq!(s.delete_message(ACCT, "que", &id, &got[0].pop_receipt).await, Err(QueueError::MessageNotFound));
-        assert_eq!(s.get_properties(ACCT, "que").await.unwrap().approximate_message_count, 0);
+        assert_eq!(
+            s.delete_message(ACCT, "que", &id, &got[0].pop_receipt).await,
+            Err(QueueError::MessageNotFound)
+        );
+        assert_eq!(
+            s.get_properties(ACCT, "que").await.unwrap().approximate_message_count,
+            0
+        );
         let put = s.put_message(ACCT, "que", "b".into(), Some(100), None).await.unwrap();
-        s.delete_message(ACCT, "que", &put.id.to_string(), &put.pop_receipt).await.unwrap();
+        s.delete_message(ACCT, "que", &put.id.to_string(), &put.pop_receipt)
+            .await
+            .unwrap();
     });
 }
 
@@ -231,7 +343,10 @@ fn receipt_dies_when_another_get_takes_the_message() {
         let second = s.get_messages(ACCT, "que", None, Some(1)).await.unwrap().remove(0);
         assert_eq!(second.dequeue_count, 2);
         let id = first.id.to_string();
-        assert_eq!(s.delete_message(ACCT, "que", &id, &first.pop_receipt).await, Err(QueueError::MessageNotFound));
+        assert_eq!(
+            s.delete_message(ACCT, "que", &id, &first.pop_receipt).await,
+            Err(QueueError::MessageNotFound)
+        );
         s.delete_message(ACCT, "que", &id, &second.pop_receipt).await.unwrap();
     });
 }
@@ -247,7 +362,10 @@ fn azurite_mode_answers_pop_receipt_mismatch() {
         s.create_queue(ACCT, "que", md(&[])).await.unwrap();
         let put = s.put_message(ACCT, "que", "a".into(), None, None).await.unwrap();
         s.get_messages(ACCT, "que", None, None).await.unwrap();
-        let e = s.delete_message(ACCT, "que", &put.id.to_string(), &put.pop_receipt).await.unwrap_err();
+        let e = s
+            .delete_message(ACCT, "que", &put.id.to_string(), &put.pop_receipt)
+            .await
+            .unwrap_err();
         assert_eq!((e.code(), e.status()), ("PopReceiptMismatch", 400));
     });
 }
@@ -260,32 +378,66 @@ fn update_message_rules() {
         s.put_message(ACCT, "que", "old".into(), None, Some(100)).await.unwrap();
         let got = s.get_messages(ACCT, "que", None, Some(30)).await.unwrap().remove(0);
         let id = got.id.to_string();
-        let e = s.update_message(ACCT, "que", &id, &got.pop_receipt, None, None).await.unwrap_err();
-        assert_eq!(e, QueueError::MissingRequiredQueryParameter { name: "visibilitytimeout" });
-        let e = s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(604_801), None).await.unwrap_err();
+        let e = s
+            .update_message(ACCT, "que", &id, &got.pop_receipt, None, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            QueueError::MissingRequiredQueryParameter {
+                name: "visibilitytimeout"
+            }
+        );
+        let e = s
+            .update_message(ACCT, "que", &id, &got.pop_receipt, Some(604_801), None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "OutOfRangeQueryParameterValue");
-        let e = s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(101), None).await.unwrap_err();
+        let e = s
+            .update_message(ACCT, "que", &id, &got.pop_receipt, Some(101), None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), "InvalidQueryParameterValue", "may not extend past expiry");
-        let e = s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), Some("x".repeat(65_537))).await.unwrap_err();
+        let e = s
+            .update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), Some("x".repeat(65_537)))
+            .await
+            .unwrap_err();
         assert_eq!(e.status(), 413);
         // new text, visible now, new receipt; dequeue count unchanged
-        let up = s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), Some("new".into())).await.unwrap();
+        let up = s
+            .update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), Some("new".into()))
+            .await
+            .unwrap();
         assert_eq!(up.visible_ms, T0);
         assert_ne!(up.pop_receipt, got.pop_receipt);
         let peek = s.peek_messages(ACCT, "que", None).await.unwrap();
         assert_eq!((peek[0].text.as_str(), peek[0].dequeue_count), ("new", 1));
         // the old receipt is dead
-        assert_eq!(s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), None).await, Err(QueueError::MessageNotFound));
+        assert_eq!(
+            s.update_message(ACCT, "que", &id, &got.pop_receipt, Some(0), None)
+                .await,
+            Err(QueueError::MessageNotFound)
+        );
         // visibility only: the text stays
-        let up2 = s.update_message(ACCT, "que", &id, &up.pop_receipt, Some(20), None).await.unwrap();
+        let up2 = s
+            .update_message(ACCT, "que", &id, &up.pop_receipt, Some(20), None)
+            .await
+            .unwrap();
         assert_eq!(up2.visible_ms, T0 + 20_000);
         assert!(s.peek_messages(ACCT, "que", None).await.unwrap().is_empty());
         clock.advance_ms(20_000);
         assert_eq!(s.peek_messages(ACCT, "que", None).await.unwrap()[0].text, "new");
         // an expired message is gone for update and delete
         clock.advance_ms(100_000);
-        assert_eq!(s.update_message(ACCT, "que", &id, &up2.pop_receipt, Some(0), None).await, Err(QueueError::MessageNotFound));
-        assert_eq!(s.delete_message(ACCT, "que", &id, &up2.pop_receipt).await, Err(QueueError::MessageNotFound));
+        assert_eq!(
+            s.update_message(ACCT, "que", &id, &up2.pop_receipt, Some(0), None)
+                .await,
+            Err(QueueError::MessageNotFound)
+        );
+        assert_eq!(
+            s.delete_message(ACCT, "que", &id, &up2.pop_receipt).await,
+            Err(QueueError::MessageNotFound)
+        );
     });
 }
 
@@ -294,10 +446,15 @@ fn expiry_hides_and_counts_correctly() {
     let (_d, clock, s) = fresh();
     block_on(async {
         s.create_queue(ACCT, "que", md(&[])).await.unwrap();
-        s.put_message(ACCT, "que", "short".into(), None, Some(10)).await.unwrap();
+        s.put_message(ACCT, "que", "short".into(), None, Some(10))
+            .await
+            .unwrap();
         s.put_message(ACCT, "que", "long".into(), None, Some(-1)).await.unwrap();
         clock.advance_ms(10_000);
-        assert_eq!(s.get_properties(ACCT, "que").await.unwrap().approximate_message_count, 1);
+        assert_eq!(
+            s.get_properties(ACCT, "que").await.unwrap().approximate_message_count,
+            1
+        );
         let peek = s.peek_messages(ACCT, "que", Some(32)).await.unwrap();
         assert_eq!(peek.len(), 1);
         assert_eq!(peek[0].expires_ms, EXPIRY_NEVER_MS);
@@ -306,7 +463,10 @@ fn expiry_hides_and_counts_correctly() {
         let got = s.get_messages(ACCT, "que", Some(32), Some(600)).await.unwrap();
         assert_eq!(got.len(), 2);
         clock.advance_ms(21_000);
-        assert_eq!(s.get_properties(ACCT, "que").await.unwrap().approximate_message_count, 1);
+        assert_eq!(
+            s.get_properties(ACCT, "que").await.unwrap().approximate_message_count,
+            1
+        );
     });
 }
 
@@ -320,7 +480,10 @@ fn clear_removes_visible_and_invisible() {
         }
         s.get_messages(ACCT, "que", Some(5), None).await.unwrap();
         s.clear_messages(ACCT, "que").await.unwrap();
-        assert_eq!(s.get_properties(ACCT, "que").await.unwrap().approximate_message_count, 0);
+        assert_eq!(
+            s.get_properties(ACCT, "que").await.unwrap().approximate_message_count,
+            0
+        );
         assert_eq!(s.clear_messages(ACCT, "nope").await, Err(QueueError::QueueNotFound));
     });
 }
@@ -336,7 +499,10 @@ fn concurrent_gets_never_return_the_same_message_and_share_commits() {
             r.unwrap();
         }
         let syncs = disk.stats().syncs - before;
-        assert!(syncs < 64, "64 concurrent puts took {syncs} fdatasyncs: group commit is not grouping");
+        assert!(
+            syncs < 64,
+            "64 concurrent puts took {syncs} fdatasyncs: group commit is not grouping"
+        );
         let gets = (0..40).map(|_| s.get_messages(ACCT, "que", Some(2), None));
         let mut seen = std::collections::HashSet::new();
         for r in futures::future::join_all(gets).await {
@@ -366,7 +532,9 @@ fn bodies_survive_cache_eviction() {
     block_on(async {
         s.create_queue(ACCT, "que", md(&[])).await.unwrap();
         for i in 0..50 {
-            s.put_message(ACCT, "que", format!("{i:04}{}", "z".repeat(4000)), None, None).await.unwrap();
+            s.put_message(ACCT, "que", format!("{i:04}{}", "z".repeat(4000)), None, None)
+                .await
+                .unwrap();
         }
         let got = s.peek_messages(ACCT, "que", Some(32)).await.unwrap();
         for (i, m) in got.iter().enumerate() {

@@ -51,7 +51,15 @@ fn parse() -> Args {
             "--gib" => a.gib = val().parse().expect("--gib G"),
             "--segment-mib" => a.segment_mib = val().parse().expect("--segment-mib M"),
             "-h" | "--help" => {
-                println!("{}", include_str!("walbench.rs").lines().take(12).map(|l| l.trim_start_matches("//!").trim_start_matches(' ')).collect::<Vec<_>>().join("\n"));
+                println!(
+                    "{}",
+                    include_str!("walbench.rs")
+                        .lines()
+                        .take(12)
+                        .map(|l| l.trim_start_matches("//!").trim_start_matches(' '))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
                 std::process::exit(0);
             }
             c if a.cmd.is_empty() => a.cmd = c.to_string(),
@@ -64,7 +72,9 @@ fn parse() -> Args {
     a
 }
 
-fn executor<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(f: impl FnOnce() -> F + Send + 'static) -> T {
+fn executor<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
+    f: impl FnOnce() -> F + Send + 'static,
+) -> T {
     LocalExecutorBuilder::new(Placement::Fixed(1))
         .io_memory(2 << 20)
         .spawn(move || async move { f().await })
@@ -89,7 +99,10 @@ fn pct(sorted: &[u32], p: f64) -> u32 {
 }
 
 fn sync_paths(a: &Args) {
-    println!("{:<14} {:>8} {:>10} {:>9} {:>9} {:>9} {:>10}", "sync path", "writers", "ops/s", "p50 us", "p99 us", "max us", "commits/s");
+    println!(
+        "{:<14} {:>8} {:>10} {:>9} {:>9} {:>9} {:>10}",
+        "sync path", "writers", "ops/s", "p50 us", "p99 us", "max us", "commits/s"
+    );
     for &writers in &a.writers {
         for sync in [SyncPath::BlockingPool, SyncPath::Uring] {
             let (dir, secs, seg) = (a.dir.clone(), a.seconds, a.segment_mib);
@@ -137,7 +150,10 @@ fn sync_paths(a: &Args) {
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
 }
 
 fn churn(a: &Args) {
@@ -152,25 +168,35 @@ fn churn(a: &Args) {
         let mut round = 0u64;
         // A standing backlog of ~1,000 messages (about 1 MiB live).
         for _ in 0..1000 {
-            s.put_message(ACCT, "churn", body.clone(), None, Some(-1)).await.unwrap();
+            s.put_message(ACCT, "churn", body.clone(), None, Some(-1))
+                .await
+                .unwrap();
         }
         while traffic < target {
-            let puts: Vec<_> = (0..32).map(|_| s.put_message(ACCT, "churn", body.clone(), None, Some(-1))).collect();
+            let puts: Vec<_> = (0..32)
+                .map(|_| s.put_message(ACCT, "churn", body.clone(), None, Some(-1)))
+                .collect();
             for p in puts {
                 p.await.unwrap();
             }
             traffic += 32 * 1024;
             let got = s.get_messages(ACCT, "churn", Some(32), Some(30)).await.unwrap();
             for m in got {
-                s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt).await.unwrap();
+                s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt)
+                    .await
+                    .unwrap();
             }
             round += 1;
-            if round % 64 == 0 {
+            if round.is_multiple_of(64) {
                 s.maintenance().await.unwrap();
                 max_dir = max_dir.max(dir_bytes(&dir));
             }
-            if round % 8192 == 0 {
-                eprintln!("  {:.2} GiB written, WAL dir {} MiB", traffic as f64 / (1u64 << 30) as f64, dir_bytes(&dir) >> 20);
+            if round.is_multiple_of(8192) {
+                eprintln!(
+                    "  {:.2} GiB written, WAL dir {} MiB",
+                    traffic as f64 / (1u64 << 30) as f64,
+                    dir_bytes(&dir) >> 20
+                );
             }
         }
         s.maintenance().await.unwrap();

@@ -44,14 +44,22 @@ impl DmaDisk {
         std::fs::create_dir_all(&dir)?;
         let probe = dir.join(".probe");
         std::fs::write(&probe, vec![0xA5u8; 4096])?;
-        let f = OpenOptions::new().read(true).write(true).dma_open(&probe).await.map_err(to_io)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .dma_open(&probe)
+            .await
+            .map_err(to_io)?;
         let r = f.read_at(0, 512).await.map_err(to_io)?;
         if r.len() != 512 {
             return Err(io::Error::other("O_DIRECT probe read came back short"));
         }
         f.close().await.map_err(to_io)?;
         std::fs::remove_file(&probe)?;
-        Ok(DmaDisk { dir: Rc::new(dir), sync_path })
+        Ok(DmaDisk {
+            dir: Rc::new(dir),
+            sync_path,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -75,13 +83,24 @@ impl Disk for DmaDisk {
             .dma_open(&path)
             .await
             .map_err(to_io)?;
-        Ok(DmaDiskFile { file: Rc::new(file), sync_path: self.sync_path })
+        Ok(DmaDiskFile {
+            file: Rc::new(file),
+            sync_path: self.sync_path,
+        })
     }
 
     async fn open(&self, name: &str) -> io::Result<DmaDiskFile> {
         let path = self.dir.join(name);
-        let file = OpenOptions::new().read(true).write(true).dma_open(&path).await.map_err(to_io)?;
-        Ok(DmaDiskFile { file: Rc::new(file), sync_path: self.sync_path })
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .dma_open(&path)
+            .await
+            .map_err(to_io)?;
+        Ok(DmaDiskFile {
+            file: Rc::new(file),
+            sync_path: self.sync_path,
+        })
     }
 
     async fn list(&self) -> io::Result<Vec<String>> {

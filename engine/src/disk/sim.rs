@@ -100,7 +100,10 @@ impl SimDisk {
             CrashMode::TearUnsynced { seed } => Some(StdRng::seed_from_u64(seed)),
             CrashMode::LoseUnsynced => None,
         };
-        let mut out = State { next_ino: st.next_ino, ..Default::default() };
+        let mut out = State {
+            next_ino: st.next_ino,
+            ..Default::default()
+        };
         for (name, ino) in &st.durable_names {
             let node = &st.inodes[ino];
             let mut data = node.durable.clone();
@@ -119,11 +122,20 @@ impl SimDisk {
                     }
                 }
             }
-            out.inodes.insert(*ino, Inode { live: data.clone(), durable: data, unsynced: Vec::new() });
+            out.inodes.insert(
+                *ino,
+                Inode {
+                    live: data.clone(),
+                    durable: data,
+                    unsynced: Vec::new(),
+                },
+            );
             out.live_names.insert(name.clone(), *ino);
             out.durable_names.insert(name.clone(), *ino);
         }
-        SimDisk { st: Rc::new(RefCell::new(out)) }
+        SimDisk {
+            st: Rc::new(RefCell::new(out)),
+        }
     }
 
     /// XORs `mask` into one byte of a file, durably (bit rot, a bad sector).
@@ -182,13 +194,22 @@ impl Disk for SimDisk {
         let ino = st.next_ino;
         st.inodes.insert(ino, Inode::default());
         st.live_names.insert(name.to_string(), ino);
-        Ok(SimFile { disk: self.clone(), ino })
+        Ok(SimFile {
+            disk: self.clone(),
+            ino,
+        })
     }
 
     async fn open(&self, name: &str) -> io::Result<SimFile> {
         let st = self.st.borrow();
-        let ino = *st.live_names.get(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        Ok(SimFile { disk: self.clone(), ino })
+        let ino = *st
+            .live_names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        Ok(SimFile {
+            disk: self.clone(),
+            ino,
+        })
     }
 
     async fn list(&self) -> io::Result<Vec<String>> {
@@ -197,12 +218,18 @@ impl Disk for SimDisk {
 
     async fn remove(&self, name: &str) -> io::Result<()> {
         let mut st = self.st.borrow_mut();
-        st.live_names.remove(name).map(|_| ()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        st.live_names
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let mut st = self.st.borrow_mut();
-        let ino = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let ino = st
+            .live_names
+            .remove(from)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         st.live_names.insert(to.to_string(), ino);
         Ok(())
     }
@@ -237,7 +264,10 @@ impl DiskFile for SimFile {
     }
 
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
-        assert!(pos.is_multiple_of(SIM_SECTOR) && (data.len() as u64).is_multiple_of(SIM_SECTOR), "unaligned O_DIRECT write");
+        assert!(
+            pos.is_multiple_of(SIM_SECTOR) && (data.len() as u64).is_multiple_of(SIM_SECTOR),
+            "unaligned O_DIRECT write"
+        );
         {
             let mut st = self.disk.st.borrow_mut();
             if countdown(&mut st.faults.fail_write_after) {

@@ -119,7 +119,11 @@ fn crc_seeded(seed: u32, data: &[u8]) -> u32 {
 
 /// Appends one frame to `out`.
 pub fn encode_frame(out: &mut Vec<u8>, seed: u32, kind: u8, lsn: u64, body: &[u8]) {
-    assert!(body.len() <= MAX_RECORD_BODY, "record body of {} bytes exceeds the frame limit", body.len());
+    assert!(
+        body.len() <= MAX_RECORD_BODY,
+        "record body of {} bytes exceeds the frame limit",
+        body.len()
+    );
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
     let h = &mut out[start..start + FRAME_HEADER_LEN];
@@ -188,7 +192,9 @@ mod tests {
         let seed = seed_of(0x1234_5678_9abc_def0);
         let mut out = Vec::new();
         encode_frame(&mut out, seed, 7, 42, b"hello world");
-        let HeaderCheck::Valid(h) = check_header(seed, &out) else { panic!() };
+        let HeaderCheck::Valid(h) = check_header(seed, &out) else {
+            panic!()
+        };
         assert_eq!((h.kind, h.lsn, h.body_len), (7, 42, 11));
         assert!(body_matches(seed, &h, &out[FRAME_HEADER_LEN..]));
         for byte in 0..out.len() {
@@ -209,7 +215,14 @@ mod tests {
 
     #[test]
     fn segment_header_round_trip() {
-        let h = SegmentHeader { shard_id: 3, seq: 9, base_lsn: 100, salt: 77, created_ms: 5, alignment: 512 };
+        let h = SegmentHeader {
+            shard_id: 3,
+            seq: 9,
+            base_lsn: 100,
+            salt: 77,
+            created_ms: 5,
+            alignment: 512,
+        };
         let b = h.encode();
         assert_eq!(b.len() as u64, SEGMENT_HEADER_LEN);
         assert_eq!(SegmentHeader::decode(&b), Ok(h));

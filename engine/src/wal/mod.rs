@@ -58,7 +58,11 @@ pub struct WalConfig {
 
 impl WalConfig {
     pub fn new(shard_id: u32) -> Self {
-        WalConfig { shard_id, segment_bytes: DEFAULT_SEGMENT_BYTES, recovery: RecoveryMode::Strict }
+        WalConfig {
+            shard_id,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            recovery: RecoveryMode::Strict,
+        }
     }
 }
 
@@ -150,7 +154,10 @@ impl<D: Disk> Wal<D> {
         now_ms: u64,
         apply: &mut dyn FnMut(Record, RecordPos),
     ) -> Result<(Self, RecoveryReport), StorageError> {
-        assert!(cfg.segment_bytes >= MIN_SEGMENT_BYTES, "segment size below {MIN_SEGMENT_BYTES}");
+        assert!(
+            cfg.segment_bytes >= MIN_SEGMENT_BYTES,
+            "segment size below {MIN_SEGMENT_BYTES}"
+        );
         let rec = recovery::recover(&disk, cfg, apply).await?;
         let wal = Wal {
             disk,
@@ -334,7 +341,12 @@ impl<D: Disk> Wal<D> {
         encode_frame(&mut b.buf, b.seed, rec.kind(), lsn, &body);
         b.last_lsn = lsn;
         b.records += 1;
-        Ok(RecordPos { lsn, seg: b.seg, frame_offset, frame_len: (FRAME_HEADER_LEN + body.len()) as u32 })
+        Ok(RecordPos {
+            lsn,
+            seg: b.seg,
+            frame_offset,
+            frame_len: (FRAME_HEADER_LEN + body.len()) as u32,
+        })
     }
 
     /// Closes the open batch, if any: its padded size fixes where the next starts.
@@ -352,7 +364,11 @@ impl<D: Disk> Wal<D> {
             let seg = st.prepared.take().ok_or_else(|| {
                 StorageError::Poisoned("internal: rotation without a prepared segment (reserve not called)".into())
             })?;
-            seal = Some(Seal { seg: st.tail_seg, at: st.tail_end, lsn: st.next_lsn });
+            seal = Some(Seal {
+                seg: st.tail_seg,
+                at: st.tail_end,
+                lsn: st.next_lsn,
+            });
             st.next_lsn += 1;
             assert_eq!(seg.header.seq, st.tail_seg + 1, "segments rotate in sequence");
             st.tail_seg = seg.header.seq;
@@ -469,8 +485,12 @@ impl<D: Disk> Wal<D> {
             encode_frame(&mut buf, seed, record::kind::SEGMENT_END, seal.lsn, &[]);
             buf.resize(align_up(buf.len() as u64, align) as usize, 0);
             let name = segment_name(seal.seg);
-            old.write_at(&buf, seal.at).await.map_err(|e| format!("sealing {name}: write failed: {e}"))?;
-            old.sync().await.map_err(|e| format!("sealing {name}: fdatasync failed: {e}"))?;
+            old.write_at(&buf, seal.at)
+                .await
+                .map_err(|e| format!("sealing {name}: write failed: {e}"))?;
+            old.sync()
+                .await
+                .map_err(|e| format!("sealing {name}: fdatasync failed: {e}"))?;
             let mut st = self.st.borrow_mut();
             let s = st.segments.get_mut(&seal.seg).expect("sealed segment exists");
             s.sealed = true;
@@ -479,15 +499,23 @@ impl<D: Disk> Wal<D> {
         // Fill in the commit marker now that the batch is complete.
         let mut marker = Vec::with_capacity(COMMIT_FRAME_LEN);
         let mut body = Vec::with_capacity(8);
-        Record::Commit { len: b.buf.len() as u32, records: b.records }.encode(&mut body);
+        Record::Commit {
+            len: b.buf.len() as u32,
+            records: b.records,
+        }
+        .encode(&mut body);
         encode_frame(&mut marker, b.seed, record::kind::COMMIT, b.marker_lsn, &body);
         debug_assert_eq!(marker.len(), COMMIT_FRAME_LEN);
         b.buf[..COMMIT_FRAME_LEN].copy_from_slice(&marker);
         let padded = align_up(b.buf.len() as u64, align) as usize;
         b.buf.resize(padded, 0);
         let name = segment_name(b.seg);
-        file.write_at(&b.buf, b.base).await.map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
-        file.sync().await.map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
+        file.write_at(&b.buf, b.base)
+            .await
+            .map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
+        file.sync()
+            .await
+            .map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
         let mut st = self.st.borrow_mut();
         let s = st.segments.get_mut(&b.seg).expect("segment of a batch exists");
         s.end = s.end.max(b.base + padded as u64);
@@ -497,7 +525,10 @@ impl<D: Disk> Wal<D> {
     /// Marks a record in `seg` as needed by current state.
     pub fn pin(&self, seg: u64, bytes: u32) {
         let mut st = self.st.borrow_mut();
-        let s = st.segments.get_mut(&seg).expect("pinning a record in a missing segment");
+        let s = st
+            .segments
+            .get_mut(&seg)
+            .expect("pinning a record in a missing segment");
         s.live_records += 1;
         s.live_bytes += bytes as u64;
     }
@@ -505,8 +536,14 @@ impl<D: Disk> Wal<D> {
     /// The opposite of [`Wal::pin`].
     pub fn unpin(&self, seg: u64, bytes: u32) {
         let mut st = self.st.borrow_mut();
-        let s = st.segments.get_mut(&seg).expect("unpinning a record in a missing segment");
-        assert!(s.live_records > 0 && s.live_bytes >= bytes as u64, "segment {seg} live count underflow");
+        let s = st
+            .segments
+            .get_mut(&seg)
+            .expect("unpinning a record in a missing segment");
+        assert!(
+            s.live_records > 0 && s.live_bytes >= bytes as u64,
+            "segment {seg} live count underflow"
+        );
         s.live_records -= 1;
         s.live_bytes -= bytes as u64;
     }
@@ -578,9 +615,16 @@ impl<D: Disk> Wal<D> {
     /// Reads exactly `len` bytes at `offset` from an open segment file.
     pub async fn read_from(&self, file: &D::File, seg: u64, offset: u64, len: usize) -> Result<Vec<u8>, StorageError> {
         let name = segment_name(seg);
-        let data = file.read_at(offset, len).await.map_err(|e| StorageError::io(self.disk.describe(&name), e))?;
+        let data = file
+            .read_at(offset, len)
+            .await
+            .map_err(|e| StorageError::io(self.disk.describe(&name), e))?;
         if data.len() != len {
-            return Err(StorageError::Corruption { file: name, offset, reason: format!("short read: {} of {len} bytes", data.len()) });
+            return Err(StorageError::Corruption {
+                file: name,
+                offset,
+                reason: format!("short read: {} of {len} bytes", data.len()),
+            });
         }
         Ok(data)
     }

@@ -49,7 +49,10 @@ pub struct Dequeued {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    Commit { len: u32, records: u32 },
+    Commit {
+        len: u32,
+        records: u32,
+    },
     SegmentEnd,
     QueueDefined {
         qid: u64,
@@ -58,14 +61,30 @@ pub enum Record {
         metadata: Metadata,
         acl: Vec<SignedIdentifier>,
     },
-    QueueDeleted { qid: u64 },
+    QueueDeleted {
+        qid: u64,
+    },
     MessagePut(MessageState),
     MessageRewritten(MessageState),
     MessageReplaced(MessageState),
-    MessagesDequeued { qid: u64, visible_ms: u64, entries: Vec<Dequeued> },
-    MessageVisibility { qid: u64, seq: u64, visible_ms: u64, receipt: u64 },
-    MessageDeleted { qid: u64, seq: u64 },
-    QueueCleared { qid: u64 },
+    MessagesDequeued {
+        qid: u64,
+        visible_ms: u64,
+        entries: Vec<Dequeued>,
+    },
+    MessageVisibility {
+        qid: u64,
+        seq: u64,
+        visible_ms: u64,
+        receipt: u64,
+    },
+    MessageDeleted {
+        qid: u64,
+        seq: u64,
+    },
+    QueueCleared {
+        qid: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +115,13 @@ impl Record {
                 w.u32(*records);
             }
             Record::SegmentEnd => {}
-            Record::QueueDefined { qid, account, name, metadata, acl } => {
+            Record::QueueDefined {
+                qid,
+                account,
+                name,
+                metadata,
+                acl,
+            } => {
                 w.u64(*qid);
                 w.str(account);
                 w.str(name);
@@ -124,7 +149,11 @@ impl Record {
                 w.u32(m.body.len() as u32);
                 w.0.extend_from_slice(&m.body);
             }
-            Record::MessagesDequeued { qid, visible_ms, entries } => {
+            Record::MessagesDequeued {
+                qid,
+                visible_ms,
+                entries,
+            } => {
                 w.u64(*qid);
                 w.u64(*visible_ms);
                 w.u32(entries.len() as u32);
@@ -134,7 +163,12 @@ impl Record {
                     w.u64(e.receipt);
                 }
             }
-            Record::MessageVisibility { qid, seq, visible_ms, receipt } => {
+            Record::MessageVisibility {
+                qid,
+                seq,
+                visible_ms,
+                receipt,
+            } => {
                 for v in [*qid, *seq, *visible_ms, *receipt] {
                     w.u64(v);
                 }
@@ -149,7 +183,10 @@ impl Record {
     pub fn decode(kind: u8, body: &[u8]) -> Result<Record, DecodeError> {
         let mut r = Reader(body);
         let rec = match kind {
-            kind::COMMIT => Record::Commit { len: r.u32()?, records: r.u32()? },
+            kind::COMMIT => Record::Commit {
+                len: r.u32()?,
+                records: r.u32()?,
+            },
             kind::SEGMENT_END => Record::SegmentEnd,
             kind::QUEUE_DEFINED => {
                 let qid = r.u64()?;
@@ -170,7 +207,13 @@ impl Record {
                         permission: r.opt_str()?,
                     });
                 }
-                Record::QueueDefined { qid, account, name, metadata: Metadata(md), acl }
+                Record::QueueDefined {
+                    qid,
+                    account,
+                    name,
+                    metadata: Metadata(md),
+                    acl,
+                }
             }
             kind::QUEUE_DELETED => Record::QueueDeleted { qid: r.u64()? },
             kind::QUEUE_CLEARED => Record::QueueCleared { qid: r.u64()? },
@@ -204,9 +247,17 @@ impl Record {
                 }
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
-                    entries.push(Dequeued { seq: r.u64()?, dequeue_count: r.u64()?, receipt: r.u64()? });
+                    entries.push(Dequeued {
+                        seq: r.u64()?,
+                        dequeue_count: r.u64()?,
+                        receipt: r.u64()?,
+                    });
                 }
-                Record::MessagesDequeued { qid, visible_ms, entries }
+                Record::MessagesDequeued {
+                    qid,
+                    visible_ms,
+                    entries,
+                }
             }
             kind::MESSAGE_VISIBILITY => Record::MessageVisibility {
                 qid: r.u64()?,
@@ -214,7 +265,10 @@ impl Record {
                 visible_ms: r.u64()?,
                 receipt: r.u64()?,
             },
-            kind::MESSAGE_DELETED => Record::MessageDeleted { qid: r.u64()?, seq: r.u64()? },
+            kind::MESSAGE_DELETED => Record::MessageDeleted {
+                qid: r.u64()?,
+                seq: r.u64()?,
+            },
             _ => return Err(DecodeError("unknown record kind")),
         };
         if !r.0.is_empty() {
@@ -325,9 +379,18 @@ mod tests {
             Record::MessagesDequeued {
                 qid: 1,
                 visible_ms: 10,
-                entries: vec![Dequeued { seq: 1, dequeue_count: 2, receipt: 3 }],
+                entries: vec![Dequeued {
+                    seq: 1,
+                    dequeue_count: 2,
+                    receipt: 3,
+                }],
             },
-            Record::MessageVisibility { qid: 1, seq: 2, visible_ms: 3, receipt: 4 },
+            Record::MessageVisibility {
+                qid: 1,
+                seq: 2,
+                visible_ms: 3,
+                receipt: 4,
+            },
             Record::MessageDeleted { qid: 1, seq: 2 },
         ]
     }
@@ -351,8 +414,15 @@ mod tests {
     #[test]
     fn message_state_fixed_prefix_is_exact() {
         let m = MessageState {
-            qid: 1, seq: 2, id: [0; 16], inserted_ms: 0, expires_ms: 0, visible_ms: 0,
-            dequeue_count: 0, receipt: 0, body: b"abc".to_vec(),
+            qid: 1,
+            seq: 2,
+            id: [0; 16],
+            inserted_ms: 0,
+            expires_ms: 0,
+            visible_ms: 0,
+            dequeue_count: 0,
+            receipt: 0,
+            body: b"abc".to_vec(),
         };
         let mut b = Vec::new();
         Record::MessagePut(m).encode(&mut b);

@@ -78,7 +78,11 @@ struct Window<'a, F> {
 
 impl<'a, F: DiskFile> Window<'a, F> {
     fn new(file: &'a F) -> Self {
-        Window { file, start: 0, buf: Vec::new() }
+        Window {
+            file,
+            start: 0,
+            buf: Vec::new(),
+        }
     }
 
     /// `len` bytes at `pos`, or `None` if the file ends first.
@@ -132,7 +136,9 @@ async fn scan<F: DiskFile>(
                     break bad(pos, "malformed segment-end frame".into());
                 }
                 last = fh.lsn;
-                break Stop::Sealed { end: align_up(pos + FRAME_HEADER_LEN as u64, align) };
+                break Stop::Sealed {
+                    end: align_up(pos + FRAME_HEADER_LEN as u64, align),
+                };
             }
             kind::COMMIT => {}
             other => break bad(pos, format!("expected a commit marker, found frame kind {other}")),
@@ -186,12 +192,15 @@ async fn scan<F: DiskFile>(
                 break;
             }
             match Record::decode(fh.kind, &commit[off + FRAME_HEADER_LEN..end]) {
-                Ok(r) => recs.push((r, RecordPos {
-                    lsn: fh.lsn,
-                    seg: header.seq,
-                    frame_offset: at,
-                    frame_len: (end - off) as u32,
-                })),
+                Ok(r) => recs.push((
+                    r,
+                    RecordPos {
+                        lsn: fh.lsn,
+                        seg: header.seq,
+                        frame_offset: at,
+                        frame_len: (end - off) as u32,
+                    },
+                )),
                 Err(e) => {
                     problem = Some((at, format!("undecodable record: {}", e.0)));
                     break;
@@ -220,12 +229,23 @@ async fn scan<F: DiskFile>(
         Stop::Sealed { .. } => pos,
         _ => pos,
     };
-    Ok(Scan { stop, valid_end, last_lsn: last, commits, records })
+    Ok(Scan {
+        stop,
+        valid_end,
+        last_lsn: last,
+        commits,
+        records,
+    })
 }
 
 /// Looks for a valid commit or segment-end frame newer than `after_lsn` at any
 /// aligned offset from `from` on: proof that damage is not a torn tail.
-async fn later_commit<F: DiskFile>(file: &F, header: &SegmentHeader, from: u64, after_lsn: u64) -> io::Result<Option<u64>> {
+async fn later_commit<F: DiskFile>(
+    file: &F,
+    header: &SegmentHeader,
+    from: u64,
+    after_lsn: u64,
+) -> io::Result<Option<u64>> {
     let align = header.alignment as u64;
     let seed = header.seed();
     let mut pos = align_up(from, align);
@@ -282,7 +302,11 @@ pub(crate) async fn recover<D: Disk>(
     for pair in seqs.windows(2) {
         for missing in pair[0] + 1..pair[1] {
             if !quarantined_before.contains(&missing) {
-                return Err(corrupt(&segment_name(missing), 0, "segment is missing from the middle of the log".into()));
+                return Err(corrupt(
+                    &segment_name(missing),
+                    0,
+                    "segment is missing from the middle of the log".into(),
+                ));
             }
         }
     }
@@ -291,7 +315,10 @@ pub(crate) async fn recover<D: Disk>(
     for &seq in &seqs {
         let name = segment_name(seq);
         let file = disk.open(&name).await.map_err(|e| io_err(&name, e))?;
-        let head = file.read_at(0, SEGMENT_HEADER_LEN as usize).await.map_err(|e| io_err(&name, e))?;
+        let head = file
+            .read_at(0, SEGMENT_HEADER_LEN as usize)
+            .await
+            .map_err(|e| io_err(&name, e))?;
         let header = match SegmentHeader::decode(&head) {
             Ok(h) => {
                 if h.shard_id != cfg.shard_id {
@@ -303,7 +330,11 @@ pub(crate) async fn recover<D: Disk>(
                     )));
                 }
                 if h.seq != seq {
-                    return Err(corrupt(&name, 16, format!("header says segment {} but the file name says {seq}", h.seq)));
+                    return Err(corrupt(
+                        &name,
+                        16,
+                        format!("header says segment {} but the file name says {seq}", h.seq),
+                    ));
                 }
                 Some(h)
             }
@@ -312,9 +343,16 @@ pub(crate) async fn recover<D: Disk>(
                 let size = file.size().await.map_err(|e| io_err(&name, e))?;
                 let mut pos = 0;
                 while pos < size {
-                    let chunk = file.read_at(pos, RECOVERY_READ_WINDOW).await.map_err(|e| io_err(&name, e))?;
+                    let chunk = file
+                        .read_at(pos, RECOVERY_READ_WINDOW)
+                        .await
+                        .map_err(|e| io_err(&name, e))?;
                     if let Some(i) = chunk.iter().position(|&b| b != 0) {
-                        return Err(corrupt(&name, pos + i as u64, "segment header is blank but data follows".into()));
+                        return Err(corrupt(
+                            &name,
+                            pos + i as u64,
+                            "segment header is blank but data follows".into(),
+                        ));
                     }
                     if chunk.is_empty() {
                         break;
@@ -331,7 +369,12 @@ pub(crate) async fn recover<D: Disk>(
                 continue;
             }
         };
-        found.push(Found { seq, name, file, header });
+        found.push(Found {
+            seq,
+            name,
+            file,
+            header,
+        });
     }
 
     // Pass 1 classifies every segment (and, in strict mode, also applies:
@@ -368,21 +411,28 @@ pub(crate) async fn recover<D: Disk>(
                         Stop::Zero { at } => (*at, "segment ends without a segment-end frame".into()),
                         Stop::Sealed { .. } => unreachable!(),
                     };
-                    Some((at, format!("{why}; later segments hold data, so this is not a torn tail")))
+                    Some((
+                        at,
+                        format!("{why}; later segments hold data, so this is not a torn tail"),
+                    ))
                 }
             }
             stop => {
                 // The tail: damage here is a torn last write unless a valid
                 // newer commit follows it.
                 let from = s.valid_end + h.alignment as u64;
-                let later = later_commit(&f.file, h, from, s.last_lsn).await.map_err(|e| io_err(&f.name, e))?;
+                let later = later_commit(&f.file, h, from, s.last_lsn)
+                    .await
+                    .map_err(|e| io_err(&f.name, e))?;
                 match (stop, later) {
-                    (Stop::Bad { at, reason }, Some(next)) => {
-                        Some((*at, format!("{reason}; a valid commit follows at offset {next}, so this is not a torn tail")))
-                    }
-                    (Stop::Zero { at }, Some(next)) => {
-                        Some((*at, format!("zeros where a commit should be; a valid commit follows at offset {next}")))
-                    }
+                    (Stop::Bad { at, reason }, Some(next)) => Some((
+                        *at,
+                        format!("{reason}; a valid commit follows at offset {next}, so this is not a torn tail"),
+                    )),
+                    (Stop::Zero { at }, Some(next)) => Some((
+                        *at,
+                        format!("zeros where a commit should be; a valid commit follows at offset {next}"),
+                    )),
                     (Stop::Bad { at, reason }, None) => {
                         report.torn_tail = Some((disk.describe(&f.name), *at, reason.clone()));
                         tail = Some(i);
@@ -407,15 +457,22 @@ pub(crate) async fn recover<D: Disk>(
         // Pass 2: apply the segments that stay.
         let mut prev_lsn = 0;
         for (i, f) in found.iter().enumerate() {
-            let (Some(h), false) = (&f.header, quarantine.contains(&i)) else { continue };
-            let s = scan(&f.file, h, prev_lsn, Some(&mut *apply)).await.map_err(|e| io_err(&f.name, e))?;
+            let (Some(h), false) = (&f.header, quarantine.contains(&i)) else {
+                continue;
+            };
+            let s = scan(&f.file, h, prev_lsn, Some(&mut *apply))
+                .await
+                .map_err(|e| io_err(&f.name, e))?;
             prev_lsn = s.last_lsn;
         }
         for &i in &quarantine {
             let f = &found[i];
             let to = format!("{}.quarantined", f.name);
             disk.rename(&f.name, &to).await.map_err(|e| io_err(&f.name, e))?;
-            tracing::warn!("quarantined damaged WAL segment {} as {to}; its records are lost", disk.describe(&f.name));
+            tracing::warn!(
+                "quarantined damaged WAL segment {} as {to}; its records are lost",
+                disk.describe(&f.name)
+            );
             report.quarantined.push(f.name.clone());
         }
     }
@@ -441,7 +498,11 @@ pub(crate) async fn recover<D: Disk>(
         let keep = last_with_data.is_some_and(|l| i <= l);
         let (Some(h), Some(s), true) = (f.header, s, keep) else {
             if keep {
-                return Err(corrupt(&f.name, 0, "segment header is blank but later segments hold data".into()));
+                return Err(corrupt(
+                    &f.name,
+                    0,
+                    "segment header is blank but later segments hold data".into(),
+                ));
             }
             removed.push(f.name);
             continue;
@@ -455,7 +516,10 @@ pub(crate) async fn recover<D: Disk>(
                 encode_frame(&mut buf, h.seed(), kind::SEGMENT_END, next_lsn, &[]);
                 next_lsn += 1;
                 buf.resize(align_up(buf.len() as u64, h.alignment as u64) as usize, 0);
-                f.file.write_at(&buf, s.valid_end).await.map_err(|e| io_err(&f.name, e))?;
+                f.file
+                    .write_at(&buf, s.valid_end)
+                    .await
+                    .map_err(|e| io_err(&f.name, e))?;
                 f.file.sync().await.map_err(|e| io_err(&f.name, e))?;
                 s.valid_end + buf.len() as u64
             }
@@ -465,7 +529,14 @@ pub(crate) async fn recover<D: Disk>(
         report.records_replayed += s.records;
         segments.insert(
             f.seq,
-            Segment { file: Rc::new(f.file), header: h, end, sealed: true, live_records: 0, live_bytes: 0 },
+            Segment {
+                file: Rc::new(f.file),
+                header: h,
+                end,
+                sealed: true,
+                live_records: 0,
+                live_bytes: 0,
+            },
         );
     }
     if !removed.is_empty() {
@@ -482,5 +553,10 @@ pub(crate) async fn recover<D: Disk>(
         Some(last) => last + 1,
         None => seqs.last().map_or(1, |s| s + 1),
     };
-    Ok(Recovered { segments, next_lsn, next_seq, report })
+    Ok(Recovered {
+        segments,
+        next_lsn,
+        next_seq,
+        report,
+    })
 }
