@@ -173,18 +173,34 @@ fn churn(a: &Args) {
                 .unwrap();
         }
         while traffic < target {
+            // Producers and consumers run concurrently, as from many clients,
+            // so their records share group commits.
             let puts: Vec<_> = (0..32)
-                .map(|_| s.put_message(ACCT, "churn", body.clone(), None, Some(-1)))
+                .map(|_| {
+                    let (s, body) = (s.clone(), body.clone());
+                    glommio::spawn_local(
+                        async move { s.put_message(ACCT, "churn", body, None, Some(-1)).await.unwrap() },
+                    )
+                })
                 .collect();
             for p in puts {
-                p.await.unwrap();
+                p.await;
             }
             traffic += 32 * 1024;
             let got = s.get_messages(ACCT, "churn", Some(32), Some(30)).await.unwrap();
-            for m in got {
-                s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt)
-                    .await
-                    .unwrap();
+            let deletes: Vec<_> = got
+                .into_iter()
+                .map(|m| {
+                    let s = s.clone();
+                    glommio::spawn_local(async move {
+                        s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt)
+                            .await
+                            .unwrap()
+                    })
+                })
+                .collect();
+            for d in deletes {
+                d.await;
             }
             round += 1;
             if round.is_multiple_of(64) {

@@ -591,12 +591,13 @@ impl<D: Disk> Wal<D> {
         Ok(true)
     }
 
-    /// Creates the next segment ahead of time once the current one is half
-    /// full, so rotation does not wait for file creation.
+    /// Creates the next segment ahead of time once the current one is three
+    /// quarters full, so rotation does not wait for file creation (later
+    /// would risk the wait; earlier keeps an extra empty segment on disk longer).
     pub async fn prepare_ahead(&self, now_ms: u64) -> Result<(), StorageError> {
         let due = {
             let st = self.st.borrow();
-            st.prepared.is_none() && !st.preparing && st.tail_end >= self.cfg.segment_bytes / 2 && st.poisoned.is_none()
+            st.prepared.is_none() && !st.preparing && st.tail_end >= self.cfg.segment_bytes / 4 * 3 && st.poisoned.is_none()
         };
         if due {
             self.prepare(now_ms).await?;
