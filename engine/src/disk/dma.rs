@@ -192,8 +192,4 @@ impl DiskFile for DmaDiskFile {
     async fn allocate(&self, len: u64) -> io::Result<()> {
         self.file.pre_allocate(len, false).await.map_err(to_io)
     }
-
-    async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.file.truncate(len).await.map_err(to_io)
-    }
 }

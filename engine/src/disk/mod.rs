@@ -43,5 +43,4 @@ pub trait DiskFile: 'static {
     async fn size(&self) -> io::Result<u64>;
     /// Reserves space up to `len` bytes (the file grows; new bytes read as zero).
     async fn allocate(&self, len: u64) -> io::Result<()>;
-    async fn truncate(&self, len: u64) -> io::Result<()>;
 }

@@ -333,12 +333,4 @@ impl DiskFile for SimFile {
         });
         Ok(())
     }
-
-    async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.with(|n| {
-            n.live.truncate(len as usize);
-            n.unsynced.retain(|&(p, _)| p < len);
-        });
-        Ok(())
-    }
 }

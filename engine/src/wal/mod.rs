@@ -191,18 +191,6 @@ impl<D: Disk> Wal<D> {
         Ok((wal, rec.report))
     }
 
-    pub fn config(&self) -> &WalConfig {
-        &self.cfg
-    }
-
-    /// The error every mutation gets once the shard is poisoned.
-    pub fn check_poisoned(&self) -> Result<(), StorageError> {
-        match &self.st.borrow().poisoned {
-            Some(why) => Err(StorageError::Poisoned(why.clone())),
-            None => Ok(()),
-        }
-    }
-
     pub fn durable_lsn(&self) -> u64 {
         self.st.borrow().durable_lsn
     }
@@ -597,7 +585,10 @@ impl<D: Disk> Wal<D> {
     pub async fn prepare_ahead(&self, now_ms: u64) -> Result<(), StorageError> {
         let due = {
             let st = self.st.borrow();
-            st.prepared.is_none() && !st.preparing && st.tail_end >= self.cfg.segment_bytes / 4 * 3 && st.poisoned.is_none()
+            st.prepared.is_none()
+                && !st.preparing
+                && st.tail_end >= self.cfg.segment_bytes / 4 * 3
+                && st.poisoned.is_none()
         };
         if due {
             self.prepare(now_ms).await?;
