@@ -6,12 +6,13 @@
 //!     Durable 1 KiB puts from N concurrent writers, once per fdatasync path
 //!     (blocking pool, io_uring), side by side: ops/s, p50/p99/max, commits.
 //! walbench churn [--dir D] [--gib G] [--segment-mib M]
+//! (both take --prealloc zero|fallocate; default fallocate)
 //!     Put/get/delete traffic of G GiB over a small live set, with periodic
 //!     maintenance; prints WAL size against live data and checks the bound
 //!     10 x live + 2 segments.
 //! ```
 
-use engine::disk::dma::{DmaDisk, SyncPath};
+use engine::disk::dma::{DmaDisk, Preallocation, SyncPath};
 use engine::model::Metadata;
 use engine::shard::ShardConfig;
 use engine::{Shard, SystemClock};
@@ -30,6 +31,7 @@ struct Args {
     writers: Vec<usize>,
     gib: f64,
     segment_mib: u64,
+    prealloc: Preallocation,
 }
 
 fn parse() -> Args {
@@ -40,6 +42,7 @@ fn parse() -> Args {
         writers: vec![],
         gib: 2.0,
         segment_mib: 64,
+        prealloc: Preallocation::Fallocate,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -50,16 +53,24 @@ fn parse() -> Args {
             "--writers" => a.writers.push(val().parse().expect("--writers N")),
             "--gib" => a.gib = val().parse().expect("--gib G"),
             "--segment-mib" => a.segment_mib = val().parse().expect("--segment-mib M"),
+            "--prealloc" => {
+                a.prealloc = match val().as_str() {
+                    "zero" => Preallocation::ZeroFill,
+                    "fallocate" => Preallocation::Fallocate,
+                    other => panic!("--prealloc zero|fallocate, not {other}"),
+                }
+            }
             "-h" | "--help" => {
-                println!(
-                    "{}",
-                    include_str!("walbench.rs")
-                        .lines()
-                        .take(12)
-                        .map(|l| l.trim_start_matches("//!").trim_start_matches(' '))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                );
+                let doc = include_str!("walbench.rs");
+                for line in doc.lines().take_while(|l| l.starts_with("//!")) {
+                    println!(
+                        "{}",
+                        line.trim_start_matches("//!")
+                            .trim_start_matches(' ')
+                            .trim_start_matches("```text")
+                            .trim_start_matches("```")
+                    );
+                }
                 std::process::exit(0);
             }
             c if a.cmd.is_empty() => a.cmd = c.to_string(),
@@ -83,9 +94,12 @@ fn executor<T: Send + 'static, F: std::future::Future<Output = T> + 'static>(
         .expect("join")
 }
 
-async fn open(dir: &Path, sync: SyncPath, segment_mib: u64) -> Rc<Shard<DmaDisk>> {
+async fn open(dir: &Path, sync: SyncPath, segment_mib: u64, prealloc: Preallocation) -> Rc<Shard<DmaDisk>> {
     let _ = std::fs::remove_dir_all(dir);
-    let disk = DmaDisk::open(dir, sync).await.expect("open data dir");
+    let disk = DmaDisk::open(dir, sync)
+        .await
+        .expect("open data dir")
+        .with_preallocation(prealloc);
     let mut cfg = ShardConfig::new(0);
     cfg.segment_bytes = segment_mib << 20;
     Rc::new(Shard::open(disk, cfg, Rc::new(SystemClock)).await.expect("open shard"))
@@ -105,9 +119,9 @@ fn sync_paths(a: &Args) {
     );
     for &writers in &a.writers {
         for sync in [SyncPath::BlockingPool, SyncPath::Uring] {
-            let (dir, secs, seg) = (a.dir.clone(), a.seconds, a.segment_mib);
+            let (dir, secs, seg, pre) = (a.dir.clone(), a.seconds, a.segment_mib, a.prealloc);
             let (ops, lat, commits) = executor(move || async move {
-                let s = open(&dir, sync, seg).await;
+                let s = open(&dir, sync, seg, pre).await;
                 s.create_queue(ACCT, "bench", Metadata::default()).await.unwrap();
                 let lat = Rc::new(RefCell::new(Vec::<u32>::new()));
                 let deadline = Instant::now() + Duration::from_secs(secs);
@@ -125,9 +139,19 @@ fn sync_paths(a: &Args) {
                         })
                     })
                     .collect();
+                // Background maintenance, as the server runs it: creates the
+                // next segment ahead of time, so rotations do not wait for it.
+                let m = s.clone();
+                let maint = glommio::spawn_local(async move {
+                    while Instant::now() < deadline {
+                        m.maintenance().await.unwrap();
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                    }
+                });
                 for t in tasks {
                     t.await;
                 }
+                maint.await;
                 let commits = s.wal().commits() - c0;
                 let mut v = lat.borrow().clone();
                 v.sort_unstable();
@@ -157,9 +181,9 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 fn churn(a: &Args) {
-    let (dir, gib, seg) = (a.dir.clone(), a.gib, a.segment_mib);
+    let (dir, gib, seg, pre) = (a.dir.clone(), a.gib, a.segment_mib, a.prealloc);
     executor(move || async move {
-        let s = open(&dir, SyncPath::BlockingPool, seg).await;
+        let s = open(&dir, SyncPath::BlockingPool, seg, pre).await;
         s.create_queue(ACCT, "churn", Metadata::default()).await.unwrap();
         let body = "c".repeat(1024);
         let target = (gib * (1u64 << 30) as f64) as u64;

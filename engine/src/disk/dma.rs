@@ -23,10 +23,25 @@ pub enum SyncPath {
     Uring,
 }
 
+/// How a new segment's space is reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preallocation {
+    /// `fallocate` only: fast to create, but the first write to each block
+    /// converts an unwritten extent, so that commit's fdatasync also journals
+    /// metadata. The default (docs/decisions/0003-segment-preallocation.md).
+    #[default]
+    Fallocate,
+    /// `fallocate`, then write zeros over the whole segment once, so every
+    /// commit afterwards is a pure overwrite (machine-limits.md §1b). Faster
+    /// commits, but the 64 MiB zero write competes with them and raises p99.
+    ZeroFill,
+}
+
 #[derive(Clone)]
 pub struct DmaDisk {
     dir: Rc<PathBuf>,
     sync_path: SyncPath,
+    prealloc: Preallocation,
 }
 
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
@@ -59,7 +74,13 @@ impl DmaDisk {
         Ok(DmaDisk {
             dir: Rc::new(dir),
             sync_path,
+            prealloc: Preallocation::default(),
         })
+    }
+
+    pub fn with_preallocation(mut self, p: Preallocation) -> Self {
+        self.prealloc = p;
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -86,6 +107,7 @@ impl Disk for DmaDisk {
         Ok(DmaDiskFile {
             file: Rc::new(file),
             sync_path: self.sync_path,
+            prealloc: self.prealloc,
         })
     }
 
@@ -100,6 +122,7 @@ impl Disk for DmaDisk {
         Ok(DmaDiskFile {
             file: Rc::new(file),
             sync_path: self.sync_path,
+            prealloc: self.prealloc,
         })
     }
 
@@ -140,6 +163,7 @@ impl Disk for DmaDisk {
 pub struct DmaDiskFile {
     file: Rc<DmaFile>,
     sync_path: SyncPath,
+    prealloc: Preallocation,
 }
 
 impl DiskFile for DmaDiskFile {
@@ -190,6 +214,20 @@ impl DiskFile for DmaDiskFile {
     }
 
     async fn allocate(&self, len: u64) -> io::Result<()> {
-        self.file.pre_allocate(len, false).await.map_err(to_io)
+        // Reserve the blocks first either way, so ENOSPC shows up here, at
+        // segment creation, and never in the middle of a commit.
+        self.file.pre_allocate(len, false).await.map_err(to_io)?;
+        if self.prealloc == Preallocation::ZeroFill {
+            const CHUNK: u64 = 1 << 20;
+            let mut pos = 0;
+            while pos < len {
+                let n = CHUNK.min(len - pos);
+                let mut buf = self.file.alloc_dma_buffer(n as usize);
+                buf.as_bytes_mut().fill(0);
+                self.file.write_at(buf, pos).await.map_err(to_io)?;
+                pos += n;
+            }
+        }
+        Ok(())
     }
 }
