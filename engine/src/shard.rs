@@ -279,6 +279,36 @@ fn state_of(qid: u64, m: &Message, body: Vec<u8>) -> MessageState {
     }
 }
 
+/// Appends a QUEUE_DEFINED record with the queue's whole current definition
+/// and moves the queue's pin to it (`replaces`: the queue already had one).
+fn write_definition<D: Disk>(wal: &Wal<D>, q: &mut Queue, replaces: bool) -> Result<RecordPos, StorageError> {
+    let pos = wal.append(&Record::QueueDefined {
+        qid: q.qid,
+        account: q.account.clone(),
+        name: q.name.clone(),
+        metadata: q.metadata.clone(),
+        acl: q.acl.clone(),
+    })?;
+    if replaces {
+        wal.unpin(q.def_seg, q.def_frame_len);
+    }
+    wal.pin(pos.seg, pos.frame_len);
+    q.def_seg = pos.seg;
+    q.def_frame_len = pos.frame_len;
+    q.last_lsn = pos.lsn;
+    Ok(pos)
+}
+
+/// `numofmessages` for Get and Peek: default 1, range 1–32.
+fn check_count(n: Option<i64>) -> Result<usize, QueueError> {
+    Ok(check_range(
+        "numofmessages",
+        n.unwrap_or(1),
+        MIN_NUM_OF_MESSAGES,
+        MAX_NUM_OF_MESSAGES,
+    )? as usize)
+}
+
 fn check_range(name: &'static str, v: i64, min: i64, max: i64) -> Result<i64, QueueError> {
     if (min..=max).contains(&v) {
         Ok(v)
@@ -449,18 +479,8 @@ impl<D: Disk> Shard<D> {
                     return Ok((out, q.last_lsn));
                 }
                 let qid = st.id();
-                let pos = wal.append(&Record::QueueDefined {
-                    qid,
-                    account: account.clone(),
-                    name: name.clone(),
-                    metadata: metadata.clone(),
-                    acl: Vec::new(),
-                })?;
-                wal.pin(pos.seg, pos.frame_len);
                 let mut q = Queue::new(qid, account.clone(), name.clone(), metadata);
-                q.def_seg = pos.seg;
-                q.def_frame_len = pos.frame_len;
-                q.last_lsn = pos.lsn;
+                let pos = write_definition(wal, &mut q, false)?;
                 st.queues.insert(qid, q);
                 st.names.insert((account, name), qid);
                 Ok((Ok(Created::New), pos.lsn))
@@ -490,18 +510,7 @@ impl<D: Disk> Shard<D> {
         self.mutate(|st, wal, _| {
             let q = st.queue_mut(account, name)?;
             change(q);
-            let pos = wal.append(&Record::QueueDefined {
-                qid: q.qid,
-                account: q.account.clone(),
-                name: q.name.clone(),
-                metadata: q.metadata.clone(),
-                acl: q.acl.clone(),
-            })?;
-            wal.unpin(q.def_seg, q.def_frame_len);
-            wal.pin(pos.seg, pos.frame_len);
-            q.def_seg = pos.seg;
-            q.def_frame_len = pos.frame_len;
-            q.last_lsn = pos.lsn;
+            let pos = write_definition(wal, q, true)?;
             Ok(((), pos.lsn))
         })
         .await
@@ -680,12 +689,7 @@ impl<D: Disk> Shard<D> {
         n: Option<i64>,
         visibility_timeout: Option<i64>,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
-        let n = check_range(
-            "numofmessages",
-            n.unwrap_or(1),
-            MIN_NUM_OF_MESSAGES,
-            MAX_NUM_OF_MESSAGES,
-        )? as usize;
+        let n = check_count(n)?;
         let vt = check_range(
             "visibilitytimeout",
             visibility_timeout.unwrap_or(DEFAULT_GET_VISIBILITY_TIMEOUT_SECS),
@@ -785,12 +789,7 @@ impl<D: Disk> Shard<D> {
         name: &str,
         n: Option<i64>,
     ) -> Result<Vec<PeekedMessage>, QueueError> {
-        let n = check_range(
-            "numofmessages",
-            n.unwrap_or(1),
-            MIN_NUM_OF_MESSAGES,
-            MAX_NUM_OF_MESSAGES,
-        )? as usize;
+        let n = check_count(n)?;
         let picked = self
             .read_queue(account, name, |q, now| {
                 q.visible(now, n)
@@ -1006,18 +1005,7 @@ impl<D: Disk> Shard<D> {
             let Some(q) = st.queues.get_mut(&qid).filter(|q| q.def_seg == seg) else {
                 continue;
             };
-            let pos = self.wal.append(&Record::QueueDefined {
-                qid,
-                account: q.account.clone(),
-                name: q.name.clone(),
-                metadata: q.metadata.clone(),
-                acl: q.acl.clone(),
-            })?;
-            self.wal.unpin(q.def_seg, q.def_frame_len);
-            self.wal.pin(pos.seg, pos.frame_len);
-            q.def_seg = pos.seg;
-            q.def_frame_len = pos.frame_len;
-            q.last_lsn = pos.lsn;
+            write_definition(&self.wal, q, true)?;
             rewritten += 1;
         }
         let msgs: Vec<(u64, u64, BodyLoc)> = {

@@ -83,6 +83,22 @@ impl DmaDisk {
         self
     }
 
+    /// Always read+write: a write-only first open trips glommio's iopoll probe.
+    async fn open_file(&self, name: &str, create_new: bool) -> io::Result<DmaDiskFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create_new)
+            .dma_open(self.dir.join(name))
+            .await
+            .map_err(to_io)?;
+        Ok(DmaDiskFile {
+            file: Rc::new(file),
+            sync_path: self.sync_path,
+            prealloc: self.prealloc,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -96,34 +112,11 @@ impl Disk for DmaDisk {
     type File = DmaDiskFile;
 
     async fn create(&self, name: &str) -> io::Result<DmaDiskFile> {
-        let path = self.dir.join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .dma_open(&path)
-            .await
-            .map_err(to_io)?;
-        Ok(DmaDiskFile {
-            file: Rc::new(file),
-            sync_path: self.sync_path,
-            prealloc: self.prealloc,
-        })
+        self.open_file(name, true).await
     }
 
     async fn open(&self, name: &str) -> io::Result<DmaDiskFile> {
-        let path = self.dir.join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .dma_open(&path)
-            .await
-            .map_err(to_io)?;
-        Ok(DmaDiskFile {
-            file: Rc::new(file),
-            sync_path: self.sync_path,
-            prealloc: self.prealloc,
-        })
+        self.open_file(name, false).await
     }
 
     async fn list(&self) -> io::Result<Vec<String>> {
