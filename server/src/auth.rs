@@ -1,0 +1,700 @@
+//! Authentication and authorization (`azure-queue-api.md` §5): Shared Key,
+//! Shared Key Lite, service SAS (with stored access policies) and account
+//! SAS. Runs on the core that accepted the connection; no request is served
+//! on a signature that does not verify.
+
+use crate::error::ApiError;
+use crate::http::Request;
+use crate::request::{Operation, Target};
+use crate::xmlio::parse_iso8601;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use engine::model::SignedIdentifier;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+use time::OffsetDateTime;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// An account and its (one or two) decoded keys.
+#[derive(Debug, Clone)]
+pub struct Account {
+    pub name: String,
+    pub keys: Vec<Vec<u8>>,
+}
+
+/// Who the request proved to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// Shared Key or Shared Key Lite: the account owner.
+    Owner,
+    /// A service SAS for one queue, with its effective permissions.
+    ServiceSas { permissions: String },
+    /// An account SAS.
+    AccountSas {
+        services: String,
+        resource_types: String,
+        permissions: String,
+    },
+}
+
+fn sign(key: &[u8], msg: &str) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
+    mac.update(msg.as_bytes());
+    mac
+}
+
+/// Base64 HMAC-SHA256 of `msg` under `key` (what clients put in signatures).
+pub fn signature(key: &[u8], msg: &str) -> String {
+    STANDARD.encode(sign(key, msg).finalize().into_bytes())
+}
+
+/// Constant-time check of a base64 signature against every key.
+fn verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
+    let Ok(sig) = STANDARD.decode(sig) else { return false };
+    keys.iter().any(|k| sign(k, msg).verify_slice(&sig).is_ok())
+}
+
+/// Sort key emulating the service's culture-aware header order: symbols
+/// ignored, case-blind, `_` before digits before letters (§5.2 step 3).
+fn culture_key(name: &str) -> Vec<u8> {
+    name.bytes()
+        .filter_map(|b| match b {
+            b'_' => Some(0),
+            b'0'..=b'9' => Some(1 + b - b'0'),
+            b'a'..=b'z' => Some(11 + b - b'a'),
+            b'A'..=b'Z' => Some(11 + b - b'A'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `x-ms-*` headers, lower-cased and trimmed, repeated ones joined with `,`.
+fn ms_headers(req: &Request) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (n, v) in &req.headers {
+        let n = n.to_ascii_lowercase();
+        if !n.starts_with("x-ms-") {
+            continue;
+        }
+        let v = v.split_whitespace().collect::<Vec<_>>().join(" ");
+        match out.iter_mut().find(|(o, _)| *o == n) {
+            Some((_, existing)) => {
+                existing.push(',');
+                existing.push_str(&v);
+            }
+            None => out.push((n, v)),
+        }
+    }
+    out
+}
+
+fn canonical_headers(mut h: Vec<(String, String)>, culture: bool) -> String {
+    if culture {
+        h.sort_by(|a, b| culture_key(&a.0).cmp(&culture_key(&b.0)).then_with(|| a.0.cmp(&b.0)));
+    } else {
+        h.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    h.iter().map(|(n, v)| format!("{n}:{v}\n")).collect()
+}
+
+fn canonical_resource(account: &str, t: &Target) -> String {
+    let path = if t.raw_path.is_empty() { "/" } else { &t.raw_path };
+    let mut s = format!("/{account}{path}");
+    let mut names: Vec<&str> = t.query.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for n in names {
+        let mut vals: Vec<&str> = t
+            .query
+            .iter()
+            .filter(|(q, _)| q == n)
+            .map(|(_, v)| v.as_str())
+            .collect();
+        vals.sort_unstable();
+        s.push_str(&format!("\n{n}:{}", vals.join(",")));
+    }
+    s
+}
+
+/// The Shared Key strings-to-sign worth trying, most likely first (§5.2:
+/// byte versus culture header order; Date line empty or not).
+pub fn shared_key_strings(req: &Request, account: &str, t: &Target) -> Vec<String> {
+    let h = |n: &str| req.header(n).unwrap_or("").to_string();
+    let len = match req.header("content-length") {
+        Some("0") | None => String::new(),
+        Some(v) => v.to_string(),
+    };
+    let resource = canonical_resource(account, t);
+    let dates: Vec<String> = if req.header("x-ms-date").is_some() && req.header("date").is_some() {
+        vec![String::new(), h("date")]
+    } else if req.header("x-ms-date").is_some() {
+        vec![String::new()]
+    } else {
+        vec![h("date")]
+    };
+    let mut out = Vec::new();
+    for culture in [false, true] {
+        let headers = canonical_headers(ms_headers(req), culture);
+        for date in &dates {
+            out.push(format!(
+                "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}{}",
+                req.method,
+                h("content-encoding"),
+                h("content-language"),
+                len,
+                h("content-md5"),
+                h("content-type"),
+                date,
+                h("if-modified-since"),
+                h("if-match"),
+                h("if-none-match"),
+                h("if-unmodified-since"),
+                h("range"),
+                headers,
+                resource
+            ));
+        }
+    }
+    out.dedup();
+    out
+}
+
+fn shared_key_lite_string(req: &Request, account: &str, t: &Target) -> String {
+    let h = |n: &str| req.header(n).unwrap_or("").to_string();
+    let date = if req.header("x-ms-date").is_some() {
+        String::new()
+    } else {
+        h("date")
+    };
+    let mut resource = format!("/{account}{}", if t.raw_path.is_empty() { "/" } else { &t.raw_path });
+    if let Some(c) = t.param("comp") {
+        resource.push_str(&format!("?comp={c}"));
+    }
+    format!(
+        "{}\n{}\n{}\n{}\n{}{}",
+        req.method,
+        h("content-md5"),
+        h("content-type"),
+        date,
+        canonical_headers(ms_headers(req), false),
+        resource
+    )
+}
+
+fn check_date(req: &Request, now: SystemTime) -> Result<(), ApiError> {
+    let raw = req.header("x-ms-date").or_else(|| req.header("date")).ok_or_else(|| {
+        ApiError::auth_failed("Request date header not specified (x-ms-date or Date is required with Shared Key).")
+    })?;
+    let t = httpdate::parse_http_date(raw)
+        .map_err(|_| ApiError::auth_failed(format!("Request date header '{raw}' is not a valid RFC 1123 date.")))?;
+    let skew = crate::limits::MAX_CLOCK_SKEW;
+    if t + skew < now {
+        return Err(ApiError::auth_failed(format!("Request date header too old: '{raw}'")));
+    }
+    if t > now + skew {
+        return Err(ApiError::auth_failed(format!(
+            "Request date header too far in the future: '{raw}'"
+        )));
+    }
+    Ok(())
+}
+
+/// The parts of an `Authorization` header.
+pub enum Scheme<'a> {
+    SharedKey(&'a str, &'a str),
+    SharedKeyLite(&'a str, &'a str),
+    Bearer,
+}
+
+pub fn parse_authorization(v: &str) -> Result<Scheme<'_>, ApiError> {
+    let malformed = || {
+        ApiError::new(
+            400,
+            "InvalidAuthenticationInfo",
+            "Authentication information is not given in the correct format. Check the value of Authorization header.",
+        )
+    };
+    let (scheme, rest) = v.split_once(' ').ok_or_else(malformed)?;
+    match scheme {
+        "Bearer" => Ok(Scheme::Bearer),
+        "SharedKey" | "SharedKeyLite" => {
+            let (acct, sig) = rest.trim().rsplit_once(':').ok_or_else(malformed)?;
+            if acct.is_empty() || sig.is_empty() {
+                return Err(malformed());
+            }
+            Ok(if scheme == "SharedKey" {
+                Scheme::SharedKey(acct, sig)
+            } else {
+                Scheme::SharedKeyLite(acct, sig)
+            })
+        }
+        _ => Err(malformed()),
+    }
+}
+
+/// Verifies an `Authorization` header.
+pub fn shared_key(req: &Request, account: &Account, t: &Target, now: SystemTime) -> Result<Principal, ApiError> {
+    let header = req.header("authorization").expect("caller checked");
+    let (lite, acct, sig) = match parse_authorization(header)? {
+        Scheme::Bearer => return Err(ApiError::auth_failed("Authentication scheme Bearer is not supported.")),
+        Scheme::SharedKey(a, s) => (false, a, s),
+        Scheme::SharedKeyLite(a, s) => (true, a, s),
+    };
+    if acct != account.name {
+        return Err(ApiError::auth_failed(format!(
+            "The account '{acct}' in the Authorization header does not match the request's account '{}'.",
+            account.name
+        )));
+    }
+    check_date(req, now)?;
+    let candidates = if lite {
+        vec![shared_key_lite_string(req, acct, t)]
+    } else {
+        shared_key_strings(req, acct, t)
+    };
+    if candidates.iter().any(|sts| verifies(&account.keys, sts, sig)) {
+        return Ok(Principal::Owner);
+    }
+    Err(ApiError::auth_failed(format!(
+        "The MAC signature found in the HTTP request '{sig}' is not the same as any computed signature. Server used following string to sign: '{}'.",
+        candidates[0]
+    )))
+}
+
+/// SAS fields from the query (decoded).
+#[derive(Debug, Default, Clone)]
+pub struct Sas {
+    pub sv: Option<String>,
+    pub ss: Option<String>,
+    pub srt: Option<String>,
+    pub sp: Option<String>,
+    pub st: Option<String>,
+    pub se: Option<String>,
+    pub sip: Option<String>,
+    pub spr: Option<String>,
+    pub si: Option<String>,
+    pub ses: Option<String>,
+    pub sig: Option<String>,
+    pub skoid: Option<String>,
+}
+
+impl Sas {
+    pub fn from_target(t: &Target) -> Option<Sas> {
+        let get = |n: &str| t.param(n).map(str::to_string);
+        let sas = Sas {
+            sv: get("sv"),
+            ss: get("ss"),
+            srt: get("srt"),
+            sp: get("sp"),
+            st: get("st"),
+            se: get("se"),
+            sip: get("sip"),
+            spr: get("spr"),
+            si: get("si"),
+            ses: get("ses"),
+            sig: get("sig"),
+            skoid: get("skoid"),
+        };
+        sas.sig.is_some().then_some(sas)
+    }
+}
+
+fn opt(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or("")
+}
+
+fn in_ip_range(range: &str, peer: IpAddr) -> bool {
+    let parse = |s: &str| s.trim().parse::<IpAddr>().ok();
+    match range.split_once('-') {
+        Some((a, b)) => match (parse(a), parse(b)) {
+            (Some(a), Some(b)) => a <= peer && peer <= b,
+            _ => false,
+        },
+        None => parse(range) == Some(peer),
+    }
+}
+
+fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiError> {
+    let now = OffsetDateTime::from(now);
+    let bad = |what: &str| ApiError::auth_failed(format!("{what} is not a valid ISO 8601 time."));
+    let expiry = parse_iso8601(se).ok_or_else(|| bad("se"))?;
+    let start = match st {
+        Some(s) if !s.is_empty() => Some(parse_iso8601(s).ok_or_else(|| bad("st"))?),
+        _ => None,
+    };
+    // A little skew on the start, as the service allows.
+    let started = start.is_none_or(|s| s <= now + Duration::from_secs(300));
+    if !started || now >= expiry {
+        return Err(ApiError::auth_failed(format!(
+            "Signature not valid in the specified time frame: Start [{}] - Expiry [{se}] - Current [{}]",
+            st.unwrap_or(""),
+            crate::xmlio::iso8601_7(now)
+        )));
+    }
+    Ok(())
+}
+
+fn common_sas_checks(sas: &Sas, peer: IpAddr) -> Result<(), ApiError> {
+    if let Some(sip) = &sas.sip {
+        if !sip.is_empty() && !in_ip_range(sip, peer) {
+            return Err(ApiError::authorization("AuthorizationSourceIPMismatch"));
+        }
+    }
+    if let Some(spr) = &sas.spr {
+        if !spr.split(',').any(|p| p.trim() == "http") {
+            return Err(ApiError::authorization("AuthorizationProtocolMismatch"));
+        }
+    }
+    Ok(())
+}
+
+/// Verifies an account SAS (§5.6). Authorization happens in [`authorize`].
+pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) -> Result<Principal, ApiError> {
+    let sv = sas
+        .sv
+        .as_deref()
+        .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
+    let se = sas
+        .se
+        .as_deref()
+        .ok_or_else(|| ApiError::auth_failed("se is mandatory. Cannot be empty"))?;
+    let sp = sas
+        .sp
+        .as_deref()
+        .ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
+    let mut sts = format!(
+        "{}\n{sp}\n{}\n{}\n{}\n{se}\n{}\n{}\n{sv}\n",
+        account.name,
+        opt(&sas.ss),
+        opt(&sas.srt),
+        opt(&sas.st),
+        opt(&sas.sip),
+        opt(&sas.spr)
+    );
+    if sv >= "2020-12-06" {
+        sts.push_str(opt(&sas.ses));
+        sts.push('\n');
+    }
+    if !verifies(&account.keys, &sts, opt(&sas.sig)) {
+        return Err(ApiError::auth_failed(format!(
+            "Signature did not match. String to sign used was {sts}"
+        )));
+    }
+    check_window(sas.st.as_deref(), se, now)?;
+    common_sas_checks(sas, peer)?;
+    Ok(Principal::AccountSas {
+        services: opt(&sas.ss).to_string(),
+        resource_types: opt(&sas.srt).to_string(),
+        permissions: sp.to_string(),
+    })
+}
+
+/// Verifies a service SAS for `queue` (§5.5, §5.7). `policy` is the stored
+/// access policy named by `si`, looked up by the caller on the queue's core.
+pub fn service_sas(
+    sas: &Sas,
+    account: &Account,
+    queue: &str,
+    policy: Option<&SignedIdentifier>,
+    now: SystemTime,
+    peer: IpAddr,
+) -> Result<Principal, ApiError> {
+    let sv = sas
+        .sv
+        .as_deref()
+        .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
+    let sts = format!(
+        "{}\n{}\n{}\n/queue/{}/{queue}\n{}\n{}\n{}\n{sv}",
+        opt(&sas.sp),
+        opt(&sas.st),
+        opt(&sas.se),
+        account.name,
+        opt(&sas.si),
+        opt(&sas.sip),
+        opt(&sas.spr)
+    );
+    if !verifies(&account.keys, &sts, opt(&sas.sig)) {
+        return Err(ApiError::auth_failed(format!(
+            "Signature did not match. String to sign used was {sts}"
+        )));
+    }
+    // Merge with the stored policy: each field from exactly one side.
+    let (mut sp, mut st, mut se) = (sas.sp.clone(), sas.st.clone(), sas.se.clone());
+    if let Some(id) = &sas.si {
+        let p = policy.ok_or_else(|| {
+            ApiError::auth_failed(format!(
+                "The signed identifier '{id}' does not match any stored access policy."
+            ))
+        })?;
+        for (mine, theirs, name) in [
+            (&mut sp, &p.permission, "sp"),
+            (&mut st, &p.start, "st"),
+            (&mut se, &p.expiry, "se"),
+        ] {
+            match (mine.is_some(), theirs) {
+                (true, Some(_)) => {
+                    return Err(ApiError::new(
+                        400,
+                        "InvalidQueryParameterValue",
+                        "Value for one of the query parameters specified in the request URI is invalid.",
+                    )
+                    .detail("QueryParameterName", name)
+                    .detail(
+                        "Reason",
+                        "The field is given both by the SAS and by its stored access policy.",
+                    ))
+                }
+                (false, Some(v)) => *mine = Some(v.clone()),
+                _ => {}
+            }
+        }
+    }
+    let se = se.ok_or_else(|| ApiError::auth_failed("se is mandatory. Cannot be empty"))?;
+    let sp = sp.ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
+    check_window(st.as_deref(), &se, now)?;
+    common_sas_checks(sas, peer)?;
+    Ok(Principal::ServiceSas { permissions: sp })
+}
+
+/// May `who` run `op`? (§5.5, §5.6)
+pub fn authorize(who: &Principal, op: Operation) -> Result<(), ApiError> {
+    use Operation::*;
+    match who {
+        Principal::Owner => Ok(()),
+        Principal::ServiceSas { permissions } => {
+            let letter = match op {
+                GetQueueMetadata | PeekMessages => 'r',
+                PutMessage => 'a',
+                UpdateMessage => 'u',
+                GetMessages | DeleteMessage => 'p',
+                GetQueueAcl | SetQueueAcl => return Err(ApiError::authorization("AuthorizationFailure")),
+                _ => return Err(ApiError::authorization("AuthorizationPermissionMismatch")),
+            };
+            if permissions.contains(letter) {
+                Ok(())
+            } else {
+                Err(ApiError::authorization("AuthorizationPermissionMismatch"))
+            }
+        }
+        Principal::AccountSas {
+            services,
+            resource_types,
+            permissions,
+        } => {
+            if !services.contains('q') {
+                return Err(ApiError::authorization("AuthorizationServiceMismatch"));
+            }
+            let (types, letters): (&str, &str) = match op {
+                ListQueues => ("s", "l"),
+                GetServiceProperties | GetServiceStats => ("s", "r"),
+                SetServiceProperties => ("s", "w"),
+                CreateQueue => ("c", "wc"),
+                DeleteQueue => ("c", "d"),
+                GetQueueMetadata => ("c", "r"),
+                SetQueueMetadata => ("c", "w"),
+                GetQueueAcl | SetQueueAcl => return Err(ApiError::authorization("AuthorizationFailure")),
+                PutMessage => ("o", "a"),
+                GetMessages => ("o", "p"),
+                PeekMessages => ("o", "r"),
+                DeleteMessage => ("oc", "p"),
+                UpdateMessage => ("oc", "u"),
+                ClearMessages => ("oc", "d"),
+            };
+            if !types.chars().any(|c| resource_types.contains(c)) {
+                return Err(ApiError::authorization("AuthorizationResourceTypeMismatch"));
+            }
+            if !letters.chars().any(|c| permissions.contains(c)) {
+                return Err(ApiError::authorization("AuthorizationPermissionMismatch"));
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::parse_target;
+
+    const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    fn acct() -> Account {
+        Account {
+            name: "devstoreaccount1".into(),
+            keys: vec![STANDARD.decode(KEY).unwrap()],
+        }
+    }
+
+    fn req(method: &str, target: &str, headers: &[(&str, &str)]) -> Request {
+        let mut h: Vec<(String, String)> = headers.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        h.push(("Host".into(), "127.0.0.1:10001".into()));
+        Request {
+            method: method.into(),
+            target: target.into(),
+            http10: false,
+            headers: h,
+            body: vec![],
+        }
+    }
+
+    #[test]
+    fn shared_key_string_to_sign_matches_the_captured_python_request() {
+        let r = req(
+            "GET",
+            "/devstoreaccount1/?comp=list&maxresults=1&include=metadata",
+            &[
+                ("x-ms-version", "2026-10-06"),
+                ("x-ms-date", "Sun, 22 Nov 2026 10:43:06 GMT"),
+                ("x-ms-client-request-id", "806160dc-e661-11f1-926c-02fc00000001"),
+            ],
+        );
+        let t = parse_target(&r).unwrap();
+        let sts = &shared_key_strings(&r, "devstoreaccount1", &t)[0];
+        assert_eq!(
+            sts,
+            "GET\n\n\n\n\n\n\n\n\n\n\n\nx-ms-client-request-id:806160dc-e661-11f1-926c-02fc00000001\nx-ms-date:Sun, 22 Nov 2026 10:43:06 GMT\nx-ms-version:2026-10-06\n/devstoreaccount1/devstoreaccount1/\ncomp:list\ninclude:metadata\nmaxresults:1"
+        );
+    }
+
+    #[test]
+    fn shared_key_accepts_a_good_signature_and_explains_a_bad_one() {
+        let now = SystemTime::now();
+        let date = httpdate::fmt_http_date(now);
+        let mut r = req(
+            "PUT",
+            "/devstoreaccount1/q1",
+            &[("x-ms-date", &date), ("x-ms-version", "2026-10-06")],
+        );
+        let t = parse_target(&r).unwrap();
+        let sig = signature(&acct().keys[0], &shared_key_strings(&r, "devstoreaccount1", &t)[0]);
+        r.headers
+            .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
+        assert_eq!(shared_key(&r, &acct(), &t, now), Ok(Principal::Owner));
+        r.headers.last_mut().unwrap().1 = "SharedKey devstoreaccount1:AAAA".into();
+        let e = shared_key(&r, &acct(), &t, now).unwrap_err();
+        assert_eq!((e.status, e.code), (403, "AuthenticationFailed"));
+        assert!(e.details[0].1.contains("string to sign"));
+        // 16 minutes of skew is refused
+        let e = shared_key(&r, &acct(), &t, now + Duration::from_secs(16 * 60)).unwrap_err();
+        assert!(e.details[0].1.contains("too old"));
+    }
+
+    #[test]
+    fn service_sas_signature_policy_and_permissions() {
+        let now = SystemTime::now();
+        let sts = "rap\n\n2099-11-22T11:43:27Z\n/queue/devstoreaccount1/sasq\n\n\n\n2026-10-06";
+        let sas = Sas {
+            sv: Some("2026-10-06".into()),
+            sp: Some("rap".into()),
+            se: Some("2099-11-22T11:43:27Z".into()),
+            sig: Some(signature(&acct().keys[0], sts)),
+            ..Default::default()
+        };
+        let who = service_sas(&sas, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).unwrap();
+        assert!(authorize(&who, Operation::PutMessage).is_ok());
+        assert_eq!(
+            authorize(&who, Operation::UpdateMessage).unwrap_err().code,
+            "AuthorizationPermissionMismatch"
+        );
+        assert_eq!(
+            authorize(&who, Operation::GetQueueAcl).unwrap_err().code,
+            "AuthorizationFailure"
+        );
+        // another queue: the signature no longer matches
+        assert_eq!(
+            service_sas(&sas, &acct(), "other", None, now, "127.0.0.1".parse().unwrap())
+                .unwrap_err()
+                .code,
+            "AuthenticationFailed"
+        );
+        // expired
+        let sts = "r\n\n2000-01-01T00:00:00Z\n/queue/devstoreaccount1/sasq\n\n\n\n2026-10-06";
+        let old = Sas {
+            sp: Some("r".into()),
+            se: Some("2000-01-01T00:00:00Z".into()),
+            sig: Some(signature(&acct().keys[0], sts)),
+            ..sas.clone()
+        };
+        let e = service_sas(&old, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).unwrap_err();
+        assert!(e.details[0].1.contains("time frame"));
+        // a stored policy supplies sp and se
+        let sts = "\n\n\n/queue/devstoreaccount1/sasq\np1\n\n\n2026-10-06";
+        let with_si = Sas {
+            sv: Some("2026-10-06".into()),
+            si: Some("p1".into()),
+            sig: Some(signature(&acct().keys[0], sts)),
+            ..Default::default()
+        };
+        let policy = SignedIdentifier {
+            id: "p1".into(),
+            start: None,
+            expiry: Some("2099-01-01T00:00:00.0000000Z".into()),
+            permission: Some("p".into()),
+        };
+        let who = service_sas(
+            &with_si,
+            &acct(),
+            "sasq",
+            Some(&policy),
+            now,
+            "127.0.0.1".parse().unwrap(),
+        )
+        .unwrap();
+        assert!(authorize(&who, Operation::GetMessages).is_ok());
+        assert!(service_sas(&with_si, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn account_sas_checks_service_type_and_permission() {
+        let now = SystemTime::now();
+        let sts = "devstoreaccount1\nrlap\nq\nsco\n\n2099-11-22T11:43:27Z\n\n\n2026-10-06\n\n";
+        let sas = Sas {
+            sv: Some("2026-10-06".into()),
+            ss: Some("q".into()),
+            srt: Some("sco".into()),
+            sp: Some("rlap".into()),
+            se: Some("2099-11-22T11:43:27Z".into()),
+            sig: Some(signature(&acct().keys[0], sts)),
+            ..Default::default()
+        };
+        let who = account_sas(&sas, &acct(), now, "10.0.0.1".parse().unwrap()).unwrap();
+        assert!(authorize(&who, Operation::ListQueues).is_ok());
+        assert_eq!(
+            authorize(&who, Operation::DeleteQueue).unwrap_err().code,
+            "AuthorizationPermissionMismatch"
+        );
+        let ip = Sas {
+            sip: Some("1.2.3.4".into()),
+            ..sas.clone()
+        };
+        assert!(account_sas(&ip, &acct(), now, "10.0.0.1".parse().unwrap()).is_err());
+        let blob_only = Principal::AccountSas {
+            services: "b".into(),
+            resource_types: "sco".into(),
+            permissions: "rwdlacup".into(),
+        };
+        assert_eq!(
+            authorize(&blob_only, Operation::ListQueues).unwrap_err().code,
+            "AuthorizationServiceMismatch"
+        );
+        let objects = Principal::AccountSas {
+            services: "q".into(),
+            resource_types: "o".into(),
+            permissions: "rwdlacup".into(),
+        };
+        assert_eq!(
+            authorize(&objects, Operation::CreateQueue).unwrap_err().code,
+            "AuthorizationResourceTypeMismatch"
+        );
+    }
+
+    #[test]
+    fn ip_ranges() {
+        assert!(in_ip_range("10.0.0.1-10.0.0.9", "10.0.0.5".parse().unwrap()));
+        assert!(!in_ip_range("10.0.0.1-10.0.0.9", "10.0.1.5".parse().unwrap()));
+        assert!(in_ip_range("127.0.0.1", "127.0.0.1".parse().unwrap()));
+    }
+}

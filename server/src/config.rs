@@ -1,0 +1,104 @@
+//! Command-line flags and their environment variables.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The emulator's well-known development account (`azure-queue-api.md` §0).
+pub const DEV_ACCOUNT: &str = "devstoreaccount1";
+pub const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncFlag {
+    /// fdatasync on glommio's blocking thread pool (measured best with HTTP on the core).
+    Blocking,
+    /// glommio's own io_uring fdatasync.
+    Uring,
+}
+
+/// Hematite: an Azure Queue Storage server. With no arguments it serves
+/// http://127.0.0.1:10001/devstoreaccount1 with the well-known development
+/// account and key, storing data in ./hematite-data.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "hematite", version, about, long_about = None)]
+pub struct Config {
+    /// Address to listen on; every core accepts on it (SO_REUSEPORT).
+    #[arg(long, env = "HEMATITE_ADDR", default_value = "127.0.0.1:10001")]
+    pub addr: SocketAddr,
+
+    /// Where the write-ahead logs and service settings live.
+    #[arg(long, env = "HEMATITE_DATA_DIR", default_value = "./hematite-data")]
+    pub data_dir: PathBuf,
+
+    /// Number of shards (one per core). Default: the CPUs this process may
+    /// run on. Fixed for a data directory once it is created.
+    #[arg(long, env = "HEMATITE_SHARDS")]
+    pub shards: Option<usize>,
+
+    /// An account as NAME:BASE64KEY[:BASE64KEY2]; repeatable. Like Azurite's
+    /// AZURITE_ACCOUNTS, the environment form separates accounts with ';'.
+    /// Default: the development account devstoreaccount1 and its well-known key.
+    #[arg(long = "account", env = "HEMATITE_ACCOUNTS", value_delimiter = ';')]
+    pub accounts: Vec<String>,
+
+    /// WAL segment size in MiB; the log rotates to a new file at this size.
+    #[arg(long, env = "HEMATITE_SEGMENT_MIB", default_value_t = 64)]
+    pub segment_mib: u64,
+
+    /// Memory per shard for recently used message bodies, in MiB.
+    #[arg(long, env = "HEMATITE_BODY_CACHE_MIB", default_value_t = 64)]
+    pub body_cache_mib: usize,
+
+    /// How fdatasync is issued (docs/decisions/0002-fdatasync-path.md).
+    #[arg(long, env = "HEMATITE_FDATASYNC", value_enum, default_value_t = SyncFlag::Blocking)]
+    pub fdatasync: SyncFlag,
+
+    /// io_uring registered buffer memory per shard, in KiB. Counts against
+    /// `ulimit -l` (memlock).
+    #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = 1024)]
+    pub io_memory_kib: usize,
+
+    /// Start even if a WAL segment is corrupt in the middle of the log: the
+    /// damaged segment is renamed *.quarantined and ITS RECORDS ARE LOST.
+    #[arg(long, env = "HEMATITE_QUARANTINE_CORRUPT_SEGMENTS")]
+    pub quarantine_corrupt_segments: bool,
+
+    /// Answer stale pop receipts like Azurite (400 PopReceiptMismatch)
+    /// instead of like Azure (404 MessageNotFound).
+    #[arg(long, env = "HEMATITE_AZURITE_RECEIPT_ERRORS")]
+    pub azurite_receipt_errors: bool,
+}
+
+/// Parses the accounts, or returns the development account.
+pub fn accounts(specs: &[String]) -> Result<Vec<crate::auth::Account>, String> {
+    let specs: Vec<String> = if specs.is_empty() {
+        vec![format!("{DEV_ACCOUNT}:{DEV_KEY}")]
+    } else {
+        specs.to_vec()
+    };
+    let mut out = Vec::new();
+    for spec in specs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or("").to_string();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(format!("--account {spec}: the account name must be letters and digits"));
+        }
+        let keys: Result<Vec<Vec<u8>>, String> = parts
+            .map(|k| {
+                STANDARD
+                    .decode(k)
+                    .map_err(|_| format!("--account {name}: a key is not valid base64"))
+            })
+            .collect();
+        let keys = keys?;
+        if keys.is_empty() || keys.len() > 2 {
+            return Err(format!(
+                "--account {name}: give one or two base64 keys (NAME:KEY[:KEY2])"
+            ));
+        }
+        out.push(crate::auth::Account { name, keys });
+    }
+    Ok(out)
+}

@@ -1,0 +1,153 @@
+//! Azure error answers: status, `x-ms-error-code`, and the XML error body
+//! (`azure-queue-api.md` §4). Every failure the server reports goes through
+//! [`ApiError`], so no client ever gets a bare status.
+
+use crate::http::Response;
+use crate::xmlio::escape;
+use engine::QueueError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+    /// Extra elements of the error body, in order.
+    pub details: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+
+    pub fn detail(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.details.push((name, value.into()));
+        self
+    }
+
+    pub fn auth_failed(detail: impl Into<String>) -> Self {
+        ApiError::new(
+            403,
+            "AuthenticationFailed",
+            "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.",
+        )
+        .detail("AuthenticationErrorDetail", detail)
+    }
+
+    pub fn authorization(code: &'static str) -> Self {
+        let msg = match code {
+            "AuthorizationPermissionMismatch" => {
+                "This request is not authorized to perform this operation using this permission."
+            }
+            "AuthorizationServiceMismatch" => {
+                "This request is not authorized to perform this operation using this service."
+            }
+            "AuthorizationResourceTypeMismatch" => {
+                "This request is not authorized to perform this operation using this resource type."
+            }
+            "AuthorizationSourceIPMismatch" => {
+                "This request is not authorized to perform this operation using this source IP."
+            }
+            "AuthorizationProtocolMismatch" => {
+                "This request is not authorized to perform this operation using this protocol."
+            }
+            _ => "This request is not authorized to perform this operation.",
+        };
+        ApiError::new(403, code, msg)
+    }
+
+    pub fn invalid_query(name: &str, value: &str, reason: &str) -> Self {
+        ApiError::new(
+            400,
+            "InvalidQueryParameterValue",
+            "Value for one of the query parameters specified in the request URI is invalid.",
+        )
+        .detail("QueryParameterName", name)
+        .detail("QueryParameterValue", value)
+        .detail("Reason", reason)
+    }
+
+    pub fn invalid_header(name: &str, value: &str) -> Self {
+        ApiError::new(
+            400,
+            "InvalidHeaderValue",
+            "The value for one of the HTTP headers is not in the correct format.",
+        )
+        .detail("HeaderName", name)
+        .detail("HeaderValue", value)
+    }
+
+    pub fn invalid_xml(reason: impl Into<String>) -> Self {
+        ApiError::new(400, "InvalidXmlDocument", "XML specified is not syntactically valid.").detail("Reason", reason)
+    }
+
+    pub fn invalid_uri() -> Self {
+        ApiError::new(
+            400,
+            "InvalidUri",
+            "The requested URI does not represent any resource on the server.",
+        )
+    }
+
+    pub fn unsupported_verb() -> Self {
+        ApiError::new(
+            405,
+            "UnsupportedHttpVerb",
+            "The resource doesn't support specified Http Verb.",
+        )
+    }
+
+    pub fn body_too_large(limit: usize) -> Self {
+        ApiError::new(
+            413,
+            "RequestBodyTooLarge",
+            "The request body is too large and exceeds the maximum permissible limit.",
+        )
+        .detail("MaxLimit", limit.to_string())
+    }
+
+    pub fn internal(reason: &str) -> Self {
+        tracing::error!("internal error: {reason}");
+        ApiError::new(
+            500,
+            "InternalError",
+            "The server encountered an internal error. Please retry the request.",
+        )
+    }
+
+    /// The full response, with the common headers the caller adds later.
+    pub fn response(&self, request_id: &str, now: &str) -> Response {
+        let mut body = String::with_capacity(256);
+        body.push_str("<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>");
+        body.push_str(self.code);
+        body.push_str("</Code><Message>");
+        body.push_str(&escape(&format!(
+            "{}\nRequestId:{request_id}\nTime:{now}",
+            self.message
+        )));
+        body.push_str("</Message>");
+        for (name, value) in &self.details {
+            body.push_str(&format!("<{name}>{}</{name}>", escape(value)));
+        }
+        body.push_str("</Error>");
+        Response::new(self.status)
+            .header("x-ms-error-code", self.code)
+            .xml(body)
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> Self {
+        ApiError {
+            status: e.status(),
+            code: e.code(),
+            message: e.to_string(),
+            details: e.details(),
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Our HTTP/1.1 layer on `httparse`: request framing (Content-Length and
+//! chunked bodies, `Expect: 100-continue`), keep-alive and pipelining, and
+//! response encoding. A connection lives on the core that accepted it.
+
+use crate::limits::*;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::io;
+
+/// One parsed request. Header names keep their case; look them up with [`Request::header`].
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// The request target exactly as sent (path and query, still percent-encoded).
+    pub target: String,
+    pub http10: bool,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the client wants the connection kept open after this request.
+    pub fn keep_alive(&self) -> bool {
+        let conn = self.header("connection").map(|v| v.to_ascii_lowercase());
+        match conn.as_deref() {
+            Some(v) if v.split(',').any(|t| t.trim() == "close") => false,
+            Some(v) if v.split(',').any(|t| t.trim() == "keep-alive") => true,
+            _ => !self.http10,
+        }
+    }
+}
+
+/// A response to encode.
+#[derive(Debug, Clone, Default)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn new(status: u16) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn xml(mut self, body: String) -> Self {
+        self.headers.push(("Content-Type".into(), "application/xml".into()));
+        self.body = body.into_bytes();
+        self
+    }
+
+    /// Appends the encoded response. `head`: a HEAD request, so no body.
+    pub fn encode(&self, out: &mut Vec<u8>, head: bool, close: bool) {
+        use std::io::Write;
+        let _ = write!(out, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        for (n, v) in &self.headers {
+            let _ = write!(out, "{n}: {v}\r\n");
+        }
+        let _ = write!(out, "Content-Length: {}\r\n", if head { 0 } else { self.body.len() });
+        if close {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        if !head {
+            out.extend_from_slice(&self.body);
+        }
+    }
+}
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Request Entity Too Large",
+        414 => "URI Too Long",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// Why a request could not be framed. Every variant closes the connection:
+/// after bad framing we no longer know where the next request starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Malformed request line, header or chunk syntax; conflicting lengths.
+    Bad(&'static str),
+    HeadTooLarge,
+    BodyTooLarge,
+    /// The peer closed or timed out mid-request.
+    Incomplete,
+}
+
+enum Body {
+    None,
+    Length(usize),
+    Chunked,
+}
+
+/// A connection's read side: a buffer and the stream it refills from.
+pub struct Reader<S> {
+    pub stream: S,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
+    pub fn new(stream: S) -> Self {
+        Reader {
+            stream,
+            buf: Vec::with_capacity(READ_CHUNK),
+            start: 0,
+        }
+    }
+
+    /// Bytes already received but not yet consumed (pipelined requests).
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Whether the buffer already holds the whole head of another request, so
+    /// its response can be batched with the ones before it.
+    pub fn has_next_head(&self) -> bool {
+        self.buf[self.start..].windows(4).any(|w| w == b"\r\n\r\n")
+    }
+
+    /// Reads more bytes. Ok(false) on a clean EOF.
+    async fn fill(&mut self) -> io::Result<bool> {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > READ_CHUNK * 4 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let old = self.buf.len();
+        self.buf.resize(old + READ_CHUNK, 0);
+        let n = self.stream.read(&mut self.buf[old..]).await;
+        self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
+        Ok(n? > 0)
+    }
+
+    /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
+    pub async fn next_request(&mut self) -> Result<Option<Request>, (FrameError, bool)> {
+        // The head.
+        let (req, head_len) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut parsed = httparse::Request::new(&mut headers);
+            match parsed.parse(&self.buf[self.start..]) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let req = Request {
+                        method: parsed.method.unwrap_or("").to_string(),
+                        target: parsed.path.unwrap_or("").to_string(),
+                        http10: parsed.version == Some(0),
+                        headers: parsed
+                            .headers
+                            .iter()
+                            .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).trim().to_string()))
+                            .collect(),
+                        body: Vec::new(),
+                    };
+                    break (req, n);
+                }
+                Ok(httparse::Status::Partial) => {
+                    if self.buffered() > MAX_HEAD_BYTES {
+                        return Err((FrameError::HeadTooLarge, false));
+                    }
+                    match self.fill().await {
+                        Ok(true) => continue,
+                        Ok(false) if self.buffered() == 0 => return Ok(None),
+                        _ => return Err((FrameError::Incomplete, false)),
+                    }
+                }
+                Err(httparse::Error::TooManyHeaders) => return Err((FrameError::HeadTooLarge, false)),
+                Err(_) => return Err((FrameError::Bad("malformed request line or header"), false)),
+            }
+        };
+        if head_len > MAX_HEAD_BYTES {
+            return Err((FrameError::HeadTooLarge, false));
+        }
+        self.start += head_len;
+        let mut req = req;
+        let body = framing(&req).map_err(|e| (e, false))?;
+        let expects_continue = req
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+            && !req.http10;
+        match body {
+            Body::None => {}
+            Body::Length(n) => {
+                if n > MAX_BODY_BYTES {
+                    return Err((FrameError::BodyTooLarge, false));
+                }
+                if expects_continue && self.buffered() < n {
+                    self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
+                }
+                while self.buffered() < n {
+                    if !self.fill().await.map_err(|_| (FrameError::Incomplete, true))? {
+                        return Err((FrameError::Incomplete, true));
+                    }
+                }
+                req.body = self.buf[self.start..self.start + n].to_vec();
+                self.start += n;
+            }
+            Body::Chunked => {
+                if expects_continue && self.buffered() == 0 {
+                    self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
+                }
+                req.body = self.read_chunked().await.map_err(|e| (e, true))?;
+            }
+        }
+        Ok(Some(req))
+    }
+
+    async fn send_continue(&mut self) -> io::Result<()> {
+        self.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        self.stream.flush().await
+    }
+
+    async fn read_chunked(&mut self) -> Result<Vec<u8>, FrameError> {
+        let mut body = Vec::new();
+        loop {
+            let size = loop {
+                match httparse::parse_chunk_size(&self.buf[self.start..]) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        self.start += used;
+                        break size;
+                    }
+                    Ok(httparse::Status::Partial) => {
+                        if self.buffered() > 1024 {
+                            return Err(FrameError::Bad("chunk size line too long"));
+                        }
+                        if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
+                            return Err(FrameError::Incomplete);
+                        }
+                    }
+                    Err(_) => return Err(FrameError::Bad("invalid chunk size")),
+                }
+            };
+            if size == 0 {
+                // Trailers (ignored) up to the empty line.
+                loop {
+                    let rest = &self.buf[self.start..];
+                    if let Some(i) = rest.windows(2).position(|w| w == b"\r\n") {
+                        self.start += i + 2;
+                        if i == 0 {
+                            return Ok(body);
+                        }
+                        continue;
+                    }
+                    if self.buffered() > MAX_HEAD_BYTES {
+                        return Err(FrameError::HeadTooLarge);
+                    }
+                    if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
+                        return Err(FrameError::Incomplete);
+                    }
+                }
+            }
+            if body.len() as u64 + size > MAX_BODY_BYTES as u64 {
+                return Err(FrameError::BodyTooLarge);
+            }
+            let size = size as usize;
+            while self.buffered() < size + 2 {
+                if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
+                    return Err(FrameError::Incomplete);
+                }
+            }
+            body.extend_from_slice(&self.buf[self.start..self.start + size]);
+            if &self.buf[self.start + size..self.start + size + 2] != b"\r\n" {
+                return Err(FrameError::Bad("chunk data not followed by CRLF"));
+            }
+            self.start += size + 2;
+        }
+    }
+}
+
+/// Decides how the body is framed (RFC 9112 §6), refusing anything ambiguous.
+fn framing(req: &Request) -> Result<Body, FrameError> {
+    let te: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let cl: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if !te.is_empty() {
+        if !cl.is_empty() {
+            return Err(FrameError::Bad("both Transfer-Encoding and Content-Length"));
+        }
+        let last = te.join(",");
+        let codings: Vec<String> = last.split(',').map(|t| t.trim().to_ascii_lowercase()).collect();
+        if codings.last().map(String::as_str) != Some("chunked")
+            || codings.iter().filter(|c| *c == "chunked").count() != 1
+        {
+            return Err(FrameError::Bad("unsupported Transfer-Encoding"));
+        }
+        return Ok(Body::Chunked);
+    }
+    let mut len = None;
+    for v in cl {
+        for part in v.split(',') {
+            let part = part.trim();
+            if part.is_empty() || part.len() > 12 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(FrameError::Bad("invalid Content-Length"));
+            }
+            let n: usize = part.parse().map_err(|_| FrameError::Bad("invalid Content-Length"))?;
+            if len.is_some_and(|l| l != n) {
+                return Err(FrameError::Bad("conflicting Content-Length values"));
+            }
+            len = Some(n);
+        }
+    }
+    Ok(match len {
+        Some(0) | None => Body::None,
+        Some(n) => Body::Length(n),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// An in-memory duplex stream: reads from `input` in small pieces, records writes.
+    struct Mock {
+        input: Vec<u8>,
+        pos: usize,
+        step: usize,
+        written: Vec<u8>,
+    }
+    impl AsyncRead for Mock {
+        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            let n = self.step.min(buf.len()).min(self.input.len() - self.pos);
+            let p = self.pos;
+            buf[..n].copy_from_slice(&self.input[p..p + n]);
+            self.pos += n;
+            Poll::Ready(Ok(n))
+        }
+    }
+    impl AsyncWrite for Mock {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.written.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn reader(input: &[u8], step: usize) -> Reader<Mock> {
+        Reader::new(Mock {
+            input: input.to_vec(),
+            pos: 0,
+            step,
+            written: vec![],
+        })
+    }
+
+    #[test]
+    fn pipelined_requests_with_both_body_framings_in_tiny_reads() {
+        let raw = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPUT /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: 1\r\n\r\nGET /c HTTP/1.0\r\n\r\n";
+        for step in [1, 3, 7, 4096] {
+            let mut r = reader(raw, step);
+            block_on(async {
+                let a = r.next_request().await.unwrap().unwrap();
+                assert_eq!(
+                    (a.method.as_str(), a.target.as_str(), &a.body[..]),
+                    ("POST", "/a", &b"hello"[..])
+                );
+                let b = r.next_request().await.unwrap().unwrap();
+                assert_eq!(&b.body[..], b"abcde");
+                let c = r.next_request().await.unwrap().unwrap();
+                assert!(c.http10 && !c.keep_alive());
+                assert!(r.next_request().await.unwrap().is_none());
+            });
+        }
+    }
+
+    #[test]
+    fn ambiguous_or_oversized_framing_is_refused() {
+        let cases: [(&[u8], FrameError); 6] = [
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                FrameError::Bad("conflicting Content-Length values"),
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                FrameError::Bad("invalid Content-Length"),
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                FrameError::Bad("both Transfer-Encoding and Content-Length"),
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+                FrameError::Bad("unsupported Transfer-Encoding"),
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
+                FrameError::BodyTooLarge,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                FrameError::Bad("invalid chunk size"),
+            ),
+        ];
+        for (raw, want) in cases {
+            let mut r = reader(raw, 4096);
+            let got = block_on(r.next_request()).unwrap_err().0;
+            assert_eq!(got, want, "{}", String::from_utf8_lossy(raw));
+        }
+        let mut r = reader(b"GARBAGE\x01\r\n\r\n", 4096);
+        assert!(matches!(block_on(r.next_request()).unwrap_err().0, FrameError::Bad(_)));
+        let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES + 10));
+        let mut r = reader(big.as_bytes(), 4096);
+        assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::HeadTooLarge);
+        let mut r = reader(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 4096);
+        assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::Incomplete);
+    }
+
+    #[test]
+    fn expect_continue_sends_100_before_the_body() {
+        let head = b"PUT /q HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        let mut raw = head.to_vec();
+        raw.extend_from_slice(b"ok");
+        // The head arrives alone; the body only after the 100 Continue.
+        let mut r = reader(&raw, head.len());
+        let req = block_on(r.next_request()).unwrap().unwrap();
+        assert_eq!(req.body, b"ok");
+        assert_eq!(r.stream.written, b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
+
+    #[test]
+    fn response_encoding() {
+        let mut out = Vec::new();
+        Response::new(204)
+            .header("x-ms-request-id", "r")
+            .encode(&mut out, false, false);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 204 No Content\r\nx-ms-request-id: r\r\nContent-Length: 0\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        Response::new(200).xml("<a/>".into()).encode(&mut out, true, true);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"), "{s}");
+    }
+}

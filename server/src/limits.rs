@@ -1,0 +1,29 @@
+//! The server's hard limits, in one place. Azure's own limits (message size,
+//! list page size, …) live in `engine::limits`.
+
+use std::time::Duration;
+
+/// Bytes of request line plus headers.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+/// Number of header fields in one request.
+pub const MAX_HEADERS: usize = 100;
+/// Largest request body. Azure refuses bodies above this with 413 and
+/// `<MaxLimit>131584</MaxLimit>`; no queue operation needs more.
+pub const MAX_BODY_BYTES: usize = engine::limits::MAX_REQUEST_BODY_BYTES;
+/// Open connections per core; more are answered 503 and closed.
+pub const MAX_CONNECTIONS_PER_CORE: usize = 4096;
+/// A keep-alive connection with no request in flight is closed after this.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// A request must arrive completely (head and body) within this.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Read buffer growth step.
+pub const READ_CHUNK: usize = 16 * 1024;
+/// Requests in flight from other cores that one core serves at a time
+/// (bounded mesh channels give back-pressure beyond this).
+pub const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// Clock skew allowed for Shared Key requests (§5.2).
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
+/// Longest `x-ms-client-request-id` echoed back.
+pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
+/// How often each core runs engine maintenance (expiry, compaction).
+pub const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(50);

@@ -1,0 +1,13 @@
+use clap::Parser;
+
+fn main() {
+    let cfg = server::config::Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HEMATITE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = server::runtime::run(cfg) {
+        eprintln!("hematite: {e}");
+        std::process::exit(1);
+    }
+}

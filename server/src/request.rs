@@ -1,0 +1,280 @@
+//! Addressing (`azure-queue-api.md` §1.2–1.3): which account, queue and
+//! message a request names, its decoded query, and which operation it is.
+
+use crate::error::ApiError;
+use crate::http::Request;
+use percent_encoding::percent_decode_str;
+
+/// What the request addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub account: String,
+    /// Addressed through `{account}-secondary`.
+    pub secondary: bool,
+    pub queue: Option<String>,
+    /// `…/{queue}/messages`
+    pub messages: bool,
+    pub message_id: Option<String>,
+    /// The path exactly as sent, still percent-encoded (what Shared Key signs).
+    pub raw_path: String,
+    /// Query parameters, names lower-cased, names and values decoded.
+    pub query: Vec<(String, String)>,
+}
+
+impl Target {
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Decodes one query component with form rules: `+` is a space, `%XX` a byte.
+pub fn form_decode(s: &str) -> Result<String, ApiError> {
+    let spaced = s.replace('+', " ");
+    if has_bad_escape(&spaced) {
+        return Err(ApiError::invalid_uri());
+    }
+    percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| ApiError::invalid_uri())
+}
+
+fn has_bad_escape(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
+fn path_style(host: &str) -> bool {
+    let h = if let Some(rest) = host.strip_prefix('[') {
+        return rest.contains(']'); // an IPv6 literal
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        })
+    };
+    let ipv4 = h.split('.').count() == 4
+        && h.split('.')
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()));
+    ipv4 || !h.contains('.') || h == "host.docker.internal"
+}
+
+pub fn parse_target(req: &Request) -> Result<Target, ApiError> {
+    let (raw_path, raw_query) = req.target.split_once('?').unwrap_or((req.target.as_str(), ""));
+    if !raw_path.starts_with('/') {
+        return Err(ApiError::invalid_uri());
+    }
+    let mut query = Vec::new();
+    for pair in raw_query.split('&').filter(|p| !p.is_empty()) {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        query.push((form_decode(n)?.to_ascii_lowercase(), form_decode(v)?));
+    }
+    if has_bad_escape(raw_path) {
+        return Err(ApiError::invalid_uri());
+    }
+    let decoded = percent_decode_str(raw_path)
+        .decode_utf8()
+        .map_err(|_| ApiError::invalid_uri())?;
+    let mut segs: Vec<&str> = decoded.split('/').skip(1).collect();
+    if segs.last() == Some(&"") {
+        segs.pop();
+    }
+    if segs.iter().any(|s| s.is_empty() || *s == "." || *s == "..") {
+        return Err(ApiError::invalid_uri());
+    }
+    let host = req.header("host").unwrap_or("");
+    let account = if path_style(host) {
+        if segs.is_empty() {
+            return Err(ApiError::invalid_uri());
+        }
+        segs.remove(0).to_string()
+    } else {
+        host.split('.').next().unwrap_or("").to_string()
+    };
+    let (account, secondary) = match account.strip_suffix("-secondary") {
+        Some(a) => (a.to_string(), true),
+        None => (account, false),
+    };
+    if segs.len() > 3 || (segs.len() >= 2 && segs[1] != "messages") {
+        return Err(ApiError::invalid_uri());
+    }
+    Ok(Target {
+        account,
+        secondary,
+        queue: segs.first().map(|s| s.to_string()),
+        messages: segs.len() >= 2,
+        message_id: segs.get(2).map(|s| s.to_string()),
+        raw_path: raw_path.to_string(),
+        query,
+    })
+}
+
+/// Every operation of the queue service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    ListQueues,
+    GetServiceProperties,
+    SetServiceProperties,
+    GetServiceStats,
+    CreateQueue,
+    DeleteQueue,
+    GetQueueMetadata,
+    SetQueueMetadata,
+    GetQueueAcl,
+    SetQueueAcl,
+    PutMessage,
+    GetMessages,
+    PeekMessages,
+    ClearMessages,
+    DeleteMessage,
+    UpdateMessage,
+}
+
+fn bad_comp(comp: &str) -> ApiError {
+    ApiError::invalid_query("comp", comp, "The comp value is not valid for this resource.")
+}
+
+/// Maps method + target to the operation (§1.3).
+pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
+    use Operation::*;
+    let comp = t.param("comp");
+    let restype = t.param("restype");
+    let m = if method == "HEAD" { "GET" } else { method };
+    let Some(_) = &t.queue else {
+        return match (m, restype, comp) {
+            ("GET", _, Some("list")) => Ok(ListQueues),
+            ("GET", Some("service"), Some("properties")) => Ok(GetServiceProperties),
+            ("PUT", Some("service"), Some("properties")) => Ok(SetServiceProperties),
+            ("GET", Some("service"), Some("stats")) => Ok(GetServiceStats),
+            (_, _, Some("list" | "properties" | "stats")) => Err(ApiError::unsupported_verb()),
+            (_, _, Some(c)) => Err(bad_comp(c)),
+            _ => Err(ApiError::invalid_uri()),
+        };
+    };
+    if t.message_id.is_some() {
+        return match m {
+            "DELETE" => Ok(DeleteMessage),
+            "PUT" => Ok(UpdateMessage),
+            _ => Err(ApiError::unsupported_verb()),
+        };
+    }
+    if t.messages {
+        return match m {
+            "POST" => Ok(PutMessage),
+            "GET" if t.param("peekonly").is_some_and(|v| v.eq_ignore_ascii_case("true")) => Ok(PeekMessages),
+            "GET" => Ok(GetMessages),
+            "DELETE" => Ok(ClearMessages),
+            _ => Err(ApiError::unsupported_verb()),
+        };
+    }
+    match (m, comp) {
+        ("PUT", None) => Ok(CreateQueue),
+        ("DELETE", None) => Ok(DeleteQueue),
+        ("GET", Some("metadata")) => Ok(GetQueueMetadata),
+        ("PUT", Some("metadata")) => Ok(SetQueueMetadata),
+        ("GET", Some("acl")) => Ok(GetQueueAcl),
+        ("PUT", Some("acl")) => Ok(SetQueueAcl),
+        (_, Some(c)) if c != "metadata" && c != "acl" => Err(bad_comp(c)),
+        ("GET", None) => Err(ApiError::invalid_uri()),
+        _ => Err(ApiError::unsupported_verb()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, target: &str, host: &str) -> Request {
+        Request {
+            method: method.into(),
+            target: target.into(),
+            http10: false,
+            headers: vec![("Host".into(), host.into())],
+            body: vec![],
+        }
+    }
+
+    #[test]
+    fn path_and_host_style_addressing() {
+        let t = parse_target(&req(
+            "GET",
+            "/devstoreaccount1/q1/messages/abc?peekonly=true&A=%2B+x",
+            "127.0.0.1:10001",
+        ))
+        .unwrap();
+        assert_eq!(t.account, "devstoreaccount1");
+        assert_eq!(t.queue.as_deref(), Some("q1"));
+        assert!(t.messages);
+        assert_eq!(t.message_id.as_deref(), Some("abc"));
+        assert_eq!(t.param("a"), Some("+ x"));
+        let t = parse_target(&req("GET", "/?comp=list", "account1.queue.localhost:10001")).unwrap();
+        assert_eq!((t.account.as_str(), t.queue.as_ref()), ("account1", None));
+        let t = parse_target(&req(
+            "GET",
+            "/devstoreaccount1-secondary/?restype=service&comp=stats",
+            "localhost:10001",
+        ))
+        .unwrap();
+        assert!(t.secondary);
+        assert_eq!(route("GET", &t).unwrap(), Operation::GetServiceStats);
+        for bad in [
+            "/a/q/notmessages",
+            "/a/q/messages/id/extra",
+            "/a/../x",
+            "/a/%zz",
+            "/a/q?x=%g1",
+        ] {
+            assert!(parse_target(&req("GET", bad, "127.0.0.1")).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn routing_table() {
+        use Operation::*;
+        let cases = [
+            ("GET", "/a/?comp=list", Ok(ListQueues)),
+            ("PUT", "/a?restype=service&comp=properties", Ok(SetServiceProperties)),
+            ("PUT", "/a/q", Ok(CreateQueue)),
+            ("DELETE", "/a/q", Ok(DeleteQueue)),
+            ("HEAD", "/a/q?comp=metadata", Ok(GetQueueMetadata)),
+            ("PUT", "/a/q?comp=acl", Ok(SetQueueAcl)),
+            ("POST", "/a/q/messages?visibilitytimeout=1", Ok(PutMessage)),
+            ("GET", "/a/q/messages?peekonly=TRUE", Ok(PeekMessages)),
+            ("GET", "/a/q/messages", Ok(GetMessages)),
+            ("DELETE", "/a/q/messages", Ok(ClearMessages)),
+            ("DELETE", "/a/q/messages/id?popreceipt=x", Ok(DeleteMessage)),
+            ("PUT", "/a/q/messages/id?popreceipt=x", Ok(UpdateMessage)),
+        ];
+        for (m, p, want) in cases {
+            assert_eq!(
+                route(m, &parse_target(&req(m, p, "127.0.0.1")).unwrap()),
+                want,
+                "{m} {p}"
+            );
+        }
+        assert_eq!(
+            route(
+                "PATCH",
+                &parse_target(&req("PATCH", "/a/q/messages", "127.0.0.1")).unwrap()
+            )
+            .unwrap_err()
+            .code,
+            "UnsupportedHttpVerb"
+        );
+        assert_eq!(
+            route(
+                "GET",
+                &parse_target(&req("GET", "/a/q?comp=bogus", "127.0.0.1")).unwrap()
+            )
+            .unwrap_err()
+            .code,
+            "InvalidQueryParameterValue"
+        );
+    }
+}

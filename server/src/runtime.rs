@@ -1,0 +1,202 @@
+//! Thread-per-core runtime: one glommio executor per shard, pinned to its
+//! CPU, each opening its shard, joining the channel mesh, accepting on the
+//! shared address (SO_REUSEPORT), and running maintenance. The main thread
+//! waits for readiness, prints one line, and turns SIGTERM/SIGINT into a
+//! graceful drain.
+
+use crate::config::{Config, SyncFlag};
+use crate::conn::{serve, ConnCount};
+use crate::handler::Ctx;
+use crate::limits::MAINTENANCE_INTERVAL;
+use crate::service::ServiceStore;
+use crate::shards::{self, Router};
+use crate::startup;
+use engine::disk::dma::{DmaDisk, SyncPath};
+use engine::shard::ShardConfig;
+use engine::wal::RecoveryMode;
+use engine::{Shard, SystemClock};
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Runs the server until a signal; returns the process exit code.
+pub fn run(cfg: Config) -> Result<(), String> {
+    let cpus = startup::affinity_cpus();
+    let n = cfg.shards.unwrap_or(cpus.len());
+    if n == 0 || n > 256 {
+        return Err(format!("--shards {n}: must be between 1 and 256"));
+    }
+    let accounts = crate::config::accounts(&cfg.accounts)?;
+    startup::check_io_uring()?;
+    startup::check_memlock(n, cfg.io_memory_kib)?;
+    startup::check_o_direct(&cfg.data_dir)?;
+    startup::check_shard_count(&cfg.data_dir, n)?;
+
+    // Signals are taken by this thread alone: block them before the executor
+    // threads exist, so they inherit the mask.
+    let sigs = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
+    let mesh = (n > 1).then(|| shards::mesh(n));
+    let accounts: HashMap<String, crate::auth::Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        let cfg = cfg.clone();
+        let stop = stop.clone();
+        let ready = ready_tx.clone();
+        // Cloned once per executor, before it starts (glommio-notes pitfall 7).
+        let mesh = mesh.clone();
+        let accounts = accounts.clone();
+        let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[i % cpus.len()]))
+            .name(&format!("shard-{i}"))
+            .io_memory(cfg.io_memory_kib * 1024)
+            .spawn(move || async move {
+                if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
+                    let _ = ready.send(Err(format!("shard {i}: {e}")));
+                }
+            })
+            .map_err(|e| format!("cannot start the executor for shard {i}: {e}"))?;
+        handles.push(h);
+    }
+    drop(ready_tx);
+    for _ in 0..n {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("a shard stopped during startup".into()),
+        }
+    }
+    let first = accounts.keys().min().cloned().unwrap_or_default();
+    println!(
+        "hematite ready: http://{}/{first} ({n} shard{}, data in {})",
+        cfg.addr,
+        if n == 1 { "" } else { "s" },
+        cfg.data_dir.display()
+    );
+    tracing::info!(addr = %cfg.addr, shards = n, "ready");
+
+    // Wait for SIGTERM/SIGINT, or for a shard to die (a runtime error after startup).
+    loop {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000_000,
+        };
+        let sig = unsafe { libc::sigtimedwait(&sigs, std::ptr::null_mut(), &ts) };
+        if sig == libc::SIGTERM || sig == libc::SIGINT {
+            tracing::info!("signal {sig}: draining");
+            break;
+        }
+        if let Ok(Err(e)) = ready_rx.try_recv() {
+            stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shard_main(
+    i: usize,
+    n: usize,
+    cfg: Config,
+    mesh: Option<shards::Mesh>,
+    accounts: HashMap<String, crate::auth::Account>,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<Result<usize, String>>,
+) -> Result<(), String> {
+    let sync = match cfg.fdatasync {
+        SyncFlag::Blocking => SyncPath::BlockingPool,
+        SyncFlag::Uring => SyncPath::Uring,
+    };
+    let dir = cfg.data_dir.join(format!("shard-{i:03}"));
+    let disk = DmaDisk::open(&dir, sync)
+        .await
+        .map_err(|e| format!("opening {}: {e}", dir.display()))?;
+    let mut scfg = ShardConfig::new(i as u32);
+    scfg.segment_bytes = (cfg.segment_mib.max(1)) << 20;
+    scfg.body_cache_bytes = cfg.body_cache_mib << 20;
+    scfg.stale_receipt_is_mismatch = cfg.azurite_receipt_errors;
+    if cfg.quarantine_corrupt_segments {
+        scfg.recovery = RecoveryMode::QuarantineCorrupt;
+    }
+    let shard = Rc::new(
+        Shard::open(disk, scfg, Rc::new(SystemClock))
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    let service = Rc::new(ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?);
+    let router = Router::join(mesh, shard.clone(), service, i, n).await;
+    let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
+    let ctx = Rc::new(Ctx {
+        router,
+        accounts: Rc::new(accounts),
+    });
+    let conns = Rc::new(ConnCount::default());
+
+    // Expiry, segment preparation and compaction, in the background.
+    let m = shard.clone();
+    let mstop = stop.clone();
+    let maintenance = glommio::spawn_local(async move {
+        while !mstop.load(Ordering::Relaxed) {
+            if let Err(e) = m.maintenance().await {
+                tracing::error!(shard = i, "maintenance: {e}");
+            }
+            glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
+        }
+    });
+    let _ = ready.send(Ok(i));
+
+    loop {
+        let accept = async { Some(listener.accept().await) };
+        let stopping = async {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+            }
+        };
+        match futures_lite::future::or(accept, stopping).await {
+            None => break,
+            Some(Ok(stream)) => {
+                let peer = stream
+                    .peer_addr()
+                    .map(|a| a.ip())
+                    .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+                let _ = stream.set_nodelay(true);
+                glommio::spawn_local(serve(stream, peer, ctx.clone(), stop.clone(), conns.clone())).detach();
+            }
+            Some(Err(e)) => {
+                tracing::warn!(shard = i, "accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    // Drain: connections finish their current request and close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conns.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    maintenance.await;
+    // Everything acknowledged is already durable; this makes sure nothing
+    // appended by background work is left unsynced either.
+    let _ = shard.wal().wait_durable(shard.wal().last_lsn()).await;
+    Ok(())
+}

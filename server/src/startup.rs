@@ -1,0 +1,128 @@
+//! Checks before any executor starts, each failing with a message that says
+//! what to change (glommio-notes pitfalls 1, 2, 3, 6): io_uring available,
+//! enough locked memory, O_DIRECT on the data directory, the shard count
+//! recorded in the data directory, and the CPUs we may run on.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// CPUs in this process's affinity mask (not all online CPUs: containers and
+/// taskset restrict it, and glommio's own placement ignores that).
+pub fn affinity_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
+        if cpus.is_empty() {
+            vec![0]
+        } else {
+            cpus
+        }
+    }
+}
+
+pub fn check_io_uring() -> Result<(), String> {
+    // SAFETY: io_uring_params is plain data; the fd is closed right away.
+    unsafe {
+        let mut p: [u8; 120] = [0; 120];
+        let fd = libc::syscall(libc::SYS_io_uring_setup, 4u32, p.as_mut_ptr());
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").unwrap_or_default();
+            return Err(format!(
+                "io_uring is not available ({err}). Hematite needs Linux 5.8+ with io_uring enabled: check /proc/sys/kernel/io_uring_disabled (now '{}'), and in containers allow the io_uring_* syscalls (Docker's default seccomp profile blocks them).",
+                disabled.trim()
+            ));
+        }
+        libc::close(fd as i32);
+    }
+    Ok(())
+}
+
+pub fn check_memlock(shards: usize, io_memory_kib: usize) -> Result<(), String> {
+    // Each executor locks its rings (~512 KiB) plus its registered buffers.
+    let need = (shards * (io_memory_kib + 512) * 1024) as u64;
+    // SAFETY: getrlimit fills a plain struct.
+    let lim = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) != 0 {
+            return Ok(());
+        }
+        r.rlim_cur
+    };
+    if lim != libc::RLIM_INFINITY && lim < need {
+        return Err(format!(
+            "locked memory limit is {} KiB but {shards} shard(s) with --io-memory-kib {io_memory_kib} need about {} KiB. Raise it (`ulimit -l {}`, or LimitMEMLOCK= in a systemd unit), or use fewer --shards or a smaller --io-memory-kib.",
+            lim / 1024,
+            need / 1024,
+            need / 1024
+        ));
+    }
+    Ok(())
+}
+
+/// Writes one aligned block with O_DIRECT into the data directory.
+pub fn check_o_direct(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+    let probe = dir.join(".odirect-probe");
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)?;
+        let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("valid layout");
+        // SAFETY: the buffer is allocated, zeroed, used, and freed here.
+        unsafe {
+            let p = std::alloc::alloc_zeroed(layout);
+            let r = f.write_all(std::slice::from_raw_parts(p, 4096));
+            std::alloc::dealloc(p, layout);
+            r
+        }
+    })();
+    let _ = std::fs::remove_file(&probe);
+    result.map_err(|e| {
+        format!(
+            "the data directory {} does not support O_DIRECT writes ({e}). Use a directory on a local filesystem such as ext4 or xfs (not tmpfs or a network filesystem): --data-dir PATH.",
+            dir.display()
+        )
+    })
+}
+
+/// Records the shard count on first start; refuses a different count later,
+/// because queues are placed by hash modulo the count.
+pub fn check_shard_count(dir: &Path, shards: usize) -> Result<(), String> {
+    let file = dir.join("SHARDS");
+    let want = format!("shards={shards}\nhash=xxh3_64(account/queue)\n");
+    match std::fs::read_to_string(&file) {
+        Ok(have) => {
+            if have != want {
+                let recorded = have.lines().next().unwrap_or("").trim_start_matches("shards=");
+                return Err(format!(
+                    "the data directory {} was created with {recorded} shard(s) but --shards is {shards}. Queues are placed by shard, so the count cannot change: start with --shards {recorded}.",
+                    dir.display()
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join("SHARDS.tmp");
+            let write = || -> std::io::Result<()> {
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(want.as_bytes())?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &file)?;
+                std::fs::File::open(dir)?.sync_all()
+            };
+            write().map_err(|e| format!("cannot write {}: {e}", file.display()))
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
+    }
+}

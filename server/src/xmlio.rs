@@ -1,0 +1,296 @@
+//! XML in and out, in Azure's shapes (`azure-queue-api.md` §2). Requests are
+//! parsed with quick-xml, order-insensitively, tolerating any declaration;
+//! responses are written directly, elements in the order the REST reference
+//! gives. Times: RFC 1123 in message XML, ISO 8601 with 7 digits in ACLs.
+
+use crate::error::ApiError;
+use engine::model::SignedIdentifier;
+use quick_xml::events::Event;
+use quick_xml::Reader;
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+use time::format_description::well_known::Rfc3339;
+use time::{Date, OffsetDateTime, PrimitiveDateTime, Time};
+
+pub const DECL: &str = "<?xml version=\"1.0\" encoding=\"utf-8\"?>";
+
+pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    quick_xml::escape::escape(s)
+}
+
+/// RFC 1123 (`Sun, 22 Nov 2026 10:43:06 GMT`) from milliseconds since the epoch.
+pub fn rfc1123(ms: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// ISO 8601 with seven fractional digits, as Azure writes ACL times and error times.
+pub fn iso8601_7(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:07}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond() / 100
+    )
+}
+
+/// Parses the ISO 8601 forms Azure accepts in ACLs and SAS tokens:
+/// `YYYY-MM-DD`, `YYYY-MM-DDThh:mmZ`, `YYYY-MM-DDThh:mm:ssZ`, with optional
+/// fractions and offsets.
+pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
+    if let Ok(t) = OffsetDateTime::parse(s, &Rfc3339) {
+        return Some(t);
+    }
+    let date_part = s.get(..10)?;
+    let date = Date::parse(date_part, time::macros::format_description!("[year]-[month]-[day]")).ok()?;
+    let rest = &s[10..];
+    if rest.is_empty() {
+        return Some(PrimitiveDateTime::new(date, Time::MIDNIGHT).assume_utc());
+    }
+    let hm = rest.strip_prefix('T')?.strip_suffix('Z')?;
+    let time = Time::parse(hm, time::macros::format_description!("[hour]:[minute]")).ok()?;
+    Some(PrimitiveDateTime::new(date, time).assume_utc())
+}
+
+/// A tiny element tree, enough for Azure's small request documents.
+#[derive(Debug, Default, Clone)]
+pub struct Node {
+    pub name: String,
+    pub text: String,
+    pub children: Vec<Node>,
+}
+
+impl Node {
+    pub fn child(&self, name: &str) -> Option<&Node> {
+        self.children.iter().find(|c| c.name == name)
+    }
+    pub fn children_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Node> + 'a {
+        self.children.iter().filter(move |c| c.name == name)
+    }
+}
+
+/// Depth past which a request document is refused (Azure's documents are ≤ 4 deep).
+const MAX_DEPTH: usize = 16;
+
+/// Parses a whole document into a tree. Entities other than XML's five and
+/// character references are refused; DTDs are refused.
+pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid_xml("The request body is not UTF-8."))?;
+    let mut reader = Reader::from_str(text);
+    reader.config_mut().trim_text(false);
+    let mut stack: Vec<Node> = Vec::new();
+    let mut root: Option<Node> = None;
+    loop {
+        let ev = reader.read_event().map_err(|e| ApiError::invalid_xml(format!("{e}")))?;
+        match ev {
+            Event::Start(e) => {
+                if root.is_some() {
+                    return Err(ApiError::invalid_xml("Content after the root element."));
+                }
+                if stack.len() >= MAX_DEPTH {
+                    return Err(ApiError::invalid_xml("The document is nested too deeply."));
+                }
+                let name = String::from_utf8_lossy(e.local_name().as_ref()).into_owned();
+                stack.push(Node {
+                    name,
+                    ..Default::default()
+                });
+            }
+            Event::Empty(e) => {
+                let node = Node {
+                    name: String::from_utf8_lossy(e.local_name().as_ref()).into_owned(),
+                    ..Default::default()
+                };
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(node),
+                    None if root.is_none() => root = Some(node),
+                    None => return Err(ApiError::invalid_xml("Content after the root element.")),
+                }
+            }
+            Event::End(_) => {
+                let node = stack
+                    .pop()
+                    .ok_or_else(|| ApiError::invalid_xml("Unbalanced end tag."))?;
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(node),
+                    None => root = Some(node),
+                }
+            }
+            Event::Text(t) => {
+                let s = t.unescape().map_err(|e| ApiError::invalid_xml(format!("{e}")))?;
+                match stack.last_mut() {
+                    Some(n) => n.text.push_str(&s),
+                    None if s.trim().is_empty() => {}
+                    None => return Err(ApiError::invalid_xml("Text outside the root element.")),
+                }
+            }
+            Event::CData(t) => {
+                let s = String::from_utf8_lossy(&t.into_inner()).into_owned();
+                if let Some(n) = stack.last_mut() {
+                    n.text.push_str(&s);
+                }
+            }
+            Event::DocType(_) => return Err(ApiError::invalid_xml("Document type declarations are not allowed.")),
+            Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
+            Event::Eof => break,
+        }
+    }
+    if !stack.is_empty() {
+        return Err(ApiError::invalid_xml("The document ends inside an element."));
+    }
+    root.ok_or_else(|| ApiError::invalid_xml("The request body has no root element."))
+}
+
+/// `<QueueMessage><MessageText>…</MessageText></QueueMessage>` → the text.
+pub fn parse_message_text(body: &[u8]) -> Result<String, ApiError> {
+    let root = parse(body)?;
+    if root.name != "QueueMessage" {
+        return Err(ApiError::invalid_xml("The root element must be QueueMessage."));
+    }
+    root.child("MessageText")
+        .map(|n| n.text.clone())
+        .ok_or_else(|| ApiError::invalid_xml("QueueMessage must contain MessageText."))
+}
+
+/// Set Queue ACL's body → policies. An empty body removes all policies.
+pub fn parse_signed_identifiers(body: &[u8]) -> Result<Vec<SignedIdentifier>, ApiError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(Vec::new());
+    }
+    let root = parse(body)?;
+    if root.name != "SignedIdentifiers" {
+        return Err(ApiError::invalid_xml("The root element must be SignedIdentifiers."));
+    }
+    let mut out = Vec::new();
+    for si in &root.children {
+        if si.name != "SignedIdentifier" {
+            return Err(ApiError::invalid_xml(format!("Unexpected element {}.", si.name)));
+        }
+        let id = si
+            .child("Id")
+            .map(|n| n.text.clone())
+            .ok_or_else(|| ApiError::invalid_xml("SignedIdentifier needs an Id."))?;
+        let policy = si.child("AccessPolicy");
+        let time_field = |name: &str| -> Result<Option<String>, ApiError> {
+            match policy.and_then(|p| p.child(name)).map(|n| n.text.trim()) {
+                None | Some("") => Ok(None),
+                Some(v) => parse_iso8601(v)
+                    .map(|t| Some(iso8601_7(t)))
+                    .ok_or_else(|| ApiError::invalid_xml(format!("{name} is not a valid ISO 8601 time."))),
+            }
+        };
+        out.push(SignedIdentifier {
+            id,
+            start: time_field("Start")?,
+            expiry: time_field("Expiry")?,
+            permission: policy
+                .and_then(|p| p.child("Permission"))
+                .map(|n| n.text.trim().to_string())
+                .filter(|p| !p.is_empty()),
+        });
+    }
+    Ok(out)
+}
+
+pub fn write_signed_identifiers(acl: &[SignedIdentifier]) -> String {
+    if acl.is_empty() {
+        return format!("{DECL}<SignedIdentifiers />");
+    }
+    let mut s = format!("{DECL}<SignedIdentifiers>");
+    for si in acl {
+        s.push_str(&format!("<SignedIdentifier><Id>{}</Id><AccessPolicy>", escape(&si.id)));
+        for (name, v) in [
+            ("Start", &si.start),
+            ("Expiry", &si.expiry),
+            ("Permission", &si.permission),
+        ] {
+            if let Some(v) = v {
+                s.push_str(&format!("<{name}>{}</{name}>", escape(v)));
+            }
+        }
+        s.push_str("</AccessPolicy></SignedIdentifier>");
+    }
+    s.push_str("</SignedIdentifiers>");
+    s
+}
+
+/// Flattens a small document into `path → text` (e.g. `Logging/Read`), for
+/// service properties, where element order must not matter.
+pub fn flatten(node: &Node, prefix: &str, out: &mut BTreeMap<String, String>) {
+    for c in &node.children {
+        let path = if prefix.is_empty() {
+            c.name.clone()
+        } else {
+            format!("{prefix}/{}", c.name)
+        };
+        if c.children.is_empty() {
+            out.insert(path, c.text.trim().to_string());
+        } else {
+            flatten(c, &path, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_text_is_unescaped_and_shapes_are_checked() {
+        let b = b"<?xml version='1.0' encoding='utf-8'?>\n<QueueMessage><MessageText>a &lt;&amp;&gt; &#233;</MessageText></QueueMessage>";
+        assert_eq!(parse_message_text(b).unwrap(), "a <&> \u{e9}");
+        assert_eq!(
+            parse_message_text(b"<QueueMessage><MessageText></MessageText></QueueMessage>").unwrap(),
+            ""
+        );
+        assert_eq!(
+            parse_message_text(b"<QueueMessage><MessageText/></QueueMessage>").unwrap(),
+            ""
+        );
+        for bad in [
+            &b"<Other><MessageText>x</MessageText></Other>"[..],
+            b"<QueueMessage></QueueMessage>",
+            b"<QueueMessage><MessageText>x</MessageText>",
+            b"not xml",
+            b"<QueueMessage><MessageText>&xxe;</MessageText></QueueMessage>",
+            b"<!DOCTYPE x [<!ENTITY a \"b\">]><QueueMessage><MessageText>&a;</MessageText></QueueMessage>",
+            b"\xff\xfe",
+        ] {
+            let e = parse_message_text(bad).unwrap_err();
+            assert_eq!(e.code, "InvalidXmlDocument", "{}", String::from_utf8_lossy(bad));
+        }
+        let deep = format!("{}{}", "<a>".repeat(100), "</a>".repeat(100));
+        assert_eq!(parse(deep.as_bytes()).unwrap_err().code, "InvalidXmlDocument");
+    }
+
+    #[test]
+    fn acl_round_trip_normalises_times() {
+        let b = b"<SignedIdentifiers><SignedIdentifier><Id>p1</Id><AccessPolicy><Start>2020-01-01T00:00:00Z</Start><Expiry>2030-01-01</Expiry><Permission>raup</Permission></AccessPolicy></SignedIdentifier><SignedIdentifier><Id>p2</Id><AccessPolicy/></SignedIdentifier></SignedIdentifiers>";
+        let acl = parse_signed_identifiers(b).unwrap();
+        assert_eq!(acl[0].start.as_deref(), Some("2020-01-01T00:00:00.0000000Z"));
+        assert_eq!(acl[0].expiry.as_deref(), Some("2030-01-01T00:00:00.0000000Z"));
+        assert_eq!(acl[1].permission, None);
+        let out = write_signed_identifiers(&acl);
+        assert!(out.contains("<SignedIdentifier><Id>p1</Id><AccessPolicy><Start>2020-01-01T00:00:00.0000000Z</Start>"));
+        assert_eq!(parse_signed_identifiers(b"").unwrap(), vec![]);
+        assert_eq!(write_signed_identifiers(&[]), format!("{DECL}<SignedIdentifiers />"));
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc1123(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(
+            rfc1123(engine::limits::EXPIRY_NEVER_MS),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+        assert!(parse_iso8601("2026-11-22T11:43:27Z").is_some());
+        assert!(parse_iso8601("2026-11-22T11:43Z").is_some());
+        assert!(parse_iso8601("2026-11-22T11:43:27.1234567Z").is_some());
+        assert!(parse_iso8601("2026-11-22").is_some());
+        assert!(parse_iso8601("yesterday").is_none());
+    }
+}
