@@ -39,11 +39,6 @@ pub async fn handle(ctx: &Ctx, req: &Request, peer: IpAddr) -> Response {
         dispatch(ctx, req, peer, now).await
     };
     let mut resp = result.unwrap_or_else(|e| e.response(&request_id, &iso8601_7(OffsetDateTime::from(now))));
-    if req.method != "OPTIONS" {
-        if let Some(origin) = req.header("origin") {
-            cors_headers(ctx, req, origin, &mut resp).await;
-        }
-    }
     resp.headers.push(("x-ms-request-id".into(), request_id));
     resp.headers.push(("x-ms-version".into(), version));
     resp.headers.push(("Date".into(), httpdate::fmt_http_date(now)));
@@ -51,6 +46,12 @@ pub async fn handle(ctx: &Ctx, req: &Request, peer: IpAddr) -> Response {
     if let Some(id) = req.header("x-ms-client-request-id") {
         if id.len() <= crate::limits::MAX_CLIENT_REQUEST_ID {
             resp.headers.push(("x-ms-client-request-id".into(), id.to_string()));
+        }
+    }
+    // Last, so the exposed-headers list sees every header of the response.
+    if req.method != "OPTIONS" {
+        if let Some(origin) = req.header("origin") {
+            cors_headers(ctx, req, origin, &mut resp).await;
         }
     }
     resp

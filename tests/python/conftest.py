@@ -1,0 +1,147 @@
+"""Fixtures: the real hematite binary on a free port and a temporary data
+directory, SDK clients for it, and a raw Shared Key client for wire-level
+checks (error bodies, headers, versions)."""
+
+import base64
+import hashlib
+import hmac
+import http.client
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import uuid
+from email.utils import formatdate
+
+import pytest
+from azure.storage.queue import QueueServiceClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HEMATITE_BIN", str(ROOT / "target" / "debug" / "hematite"))
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+KEY2 = base64.b64encode(b"the second key of the dev account").decode()
+OTHER = "otheraccount"
+OTHER_KEY = base64.b64encode(b"a key for another account, 32 b").decode()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, extra_args=(), port=None, data=None):
+        self.port = port or free_port()
+        self.data = data or tempfile.mkdtemp(prefix="hematite-test-")
+        args = [BIN, "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data]
+        args += ["--account", f"{ACCOUNT}:{KEY}:{KEY2}", "--account", f"{OTHER}:{OTHER_KEY}"]
+        args += list(extra_args)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "hematite ready" not in line:
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            raise RuntimeError(f"hematite did not start: {line!r} {err}")
+        self.ready_line = line
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    def conn_str(self, account=ACCOUNT, key=KEY):
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+            f"QueueEndpoint=http://127.0.0.1:{self.port}/{account};"
+        )
+
+    def stop(self):
+        self.proc.terminate()
+        code = self.proc.wait(timeout=20)
+        return code
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    assert s.stop() == 0, "hematite must exit 0 on SIGTERM"
+
+
+@pytest.fixture
+def svc(server):
+    return QueueServiceClient.from_connection_string(server.conn_str())
+
+
+@pytest.fixture
+def qname():
+    return "q" + uuid.uuid4().hex[:20]
+
+
+@pytest.fixture
+def queue(svc, qname):
+    q = svc.create_queue(qname)
+    yield q
+    try:
+        q.delete_queue()
+    except Exception:
+        pass
+
+
+class Raw:
+    """A minimal Shared Key client, written from the reference, for wire checks."""
+
+    def __init__(self, port, account=ACCOUNT, key=KEY):
+        self.port, self.account, self.key = port, account, key
+
+    def sign(self, method, path, query, headers):
+        lower = {k.lower(): v for k, v in headers.items()}
+        length = lower.get("content-length", "")
+        if length == "0":
+            length = ""
+        lines = [method, lower.get("content-encoding", ""), lower.get("content-language", ""), length,
+                 lower.get("content-md5", ""), lower.get("content-type", ""), "" if "x-ms-date" in lower else lower.get("date", ""),
+                 "", "", "", "", ""]
+        ms = sorted((k, v.strip()) for k, v in lower.items() if k.startswith("x-ms-"))
+        canon_headers = "".join(f"{k}:{v}\n" for k, v in ms)
+        resource = f"/{self.account}{path}"
+        params = {}
+        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            params.setdefault(k.lower(), []).append(v)
+        for k in sorted(params):
+            resource += f"\n{k}:{','.join(sorted(params[k]))}"
+        sts = "\n".join(lines) + "\n" + canon_headers + resource
+        sig = base64.b64encode(hmac.new(base64.b64decode(self.key), sts.encode(), hashlib.sha256).digest()).decode()
+        return f"SharedKey {self.account}:{sig}"
+
+    def request(self, method, path, query="", headers=None, body=b"", sign=True):
+        headers = dict(headers or {})
+        headers.setdefault("x-ms-date", formatdate(usegmt=True))
+        headers.setdefault("x-ms-version", "2026-10-06")
+        if body:
+            headers["Content-Length"] = str(len(body))
+        if sign:
+            headers["Authorization"] = self.sign(method, path, query, headers)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request(method, path + ("?" + query if query else ""), body=body or None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data.decode("utf-8", "replace")
+
+
+@pytest.fixture
+def raw(server):
+    return Raw(server.port)
+
+
+def wait_until(pred, timeout=5.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
