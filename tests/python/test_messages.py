@@ -92,7 +92,7 @@ def test_size_limit_counts_utf8_bytes(queue):
     with pytest.raises(HttpResponseError) as e:
         queue.send_message("é" * 32769)
     assert e.value.status_code == 413
-    got = queue.receive_messages(max_messages=2)
+    got = list(queue.receive_messages(max_messages=2))
     assert sorted(len(m.content.encode()) for m in got) == [65536, 65536]
     assert special in [m.content for m in got]
 
