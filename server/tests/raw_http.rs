@@ -1,0 +1,309 @@
+//! The HTTP layer over raw TCP against the real binary: keep-alive,
+//! pipelining, Connection: close, HTTP/1.0, Expect: 100-continue, chunked
+//! bodies, HEAD, and malformed or oversized requests. After every bad
+//! request the server must still answer a good one.
+
+use server::auth::{shared_key_strings, signature};
+use server::http::Request;
+use server::request::parse_target;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+struct TestServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hematite"))
+            .args([
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+                dir.path().to_str().unwrap(),
+            ])
+            .args(["--shards", "1", "--io-memory-kib", "512"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("hematite binary starts");
+        let mut line = [0u8; 256];
+        let n = child.stdout.as_mut().unwrap().read(&mut line).unwrap();
+        assert!(
+            String::from_utf8_lossy(&line[..n]).contains("hematite ready"),
+            "{}",
+            String::from_utf8_lossy(&line[..n])
+        );
+        TestServer { child, port, _dir: dir }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Sends raw bytes on a fresh connection and reads until the server closes.
+    fn exchange(&self, raw: &[u8]) -> String {
+        let mut s = self.connect();
+        s.write_all(raw).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// A signed request's bytes.
+    fn signed(&self, method: &str, target: &str, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        let mut headers: Vec<(String, String)> = vec![
+            ("Host".into(), format!("127.0.0.1:{}", self.port)),
+            ("x-ms-date".into(), date),
+            ("x-ms-version".into(), "2026-10-06".into()),
+        ];
+        for (k, v) in extra {
+            headers.push((k.to_string(), v.to_string()));
+        }
+        if !body.is_empty() && !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding")) {
+            headers.push(("Content-Length".into(), body.len().to_string()));
+        }
+        let req = Request {
+            method: method.into(),
+            target: target.into(),
+            http10: false,
+            headers: headers.clone(),
+            body: vec![],
+        };
+        let t = parse_target(&req).unwrap();
+        let key = base64_decode(KEY);
+        let sig = signature(&key, &shared_key_strings(&req, "devstoreaccount1", &t)[0]);
+        let mut out = format!("{method} {target} HTTP/1.1\r\n");
+        for (k, v) in headers {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+        out.push_str(&format!("Authorization: SharedKey devstoreaccount1:{sig}\r\n\r\n"));
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    /// The server still serves a normal, signed request correctly.
+    fn assert_healthy(&self) {
+        let resp = self.exchange(
+            &[
+                self.signed("GET", "/devstoreaccount1/?comp=list", &[("Connection", "close")], b""),
+                vec![],
+            ]
+            .concat(),
+        );
+        assert!(resp.starts_with("HTTP/1.1 200 OK"), "server unhealthy: {resp}");
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success() || std::thread::panicking(),
+            "hematite exited with {status}"
+        );
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+fn statuses(resp: &str) -> Vec<u16> {
+    resp.match_indices("HTTP/1.1 ")
+        .map(|(i, _)| resp[i + 9..i + 12].parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let s = TestServer::start();
+    let mut raw = Vec::new();
+    raw.extend(s.signed(
+        "PUT",
+        "/devstoreaccount1/pipeq",
+        &[("x-ms-client-request-id", "one")],
+        b"",
+    ));
+    raw.extend(s.signed(
+        "POST",
+        "/devstoreaccount1/pipeq/messages",
+        &[("x-ms-client-request-id", "two")],
+        b"<QueueMessage><MessageText>p</MessageText></QueueMessage>",
+    ));
+    raw.extend(s.signed(
+        "GET",
+        "/devstoreaccount1/pipeq/messages?peekonly=true",
+        &[("x-ms-client-request-id", "three"), ("Connection", "close")],
+        b"",
+    ));
+    let resp = s.exchange(&raw);
+    assert_eq!(statuses(&resp), vec![201, 201, 200], "{resp}");
+    let (a, b, c) = (
+        resp.find("one").unwrap(),
+        resp.find("two").unwrap(),
+        resp.find("three").unwrap(),
+    );
+    assert!(a < b && b < c);
+    assert!(resp.contains("<MessageText>p</MessageText>"));
+}
+
+#[test]
+fn keep_alive_close_and_http10() {
+    let s = TestServer::start();
+    let mut c = s.connect();
+    for _ in 0..3 {
+        c.write_all(&s.signed("GET", "/devstoreaccount1/?comp=list", &[], b""))
+            .unwrap();
+        let mut buf = vec![0u8; 8192];
+        let n = c.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    }
+    let resp = s.exchange(b"GET /devstoreaccount1/?comp=list HTTP/1.0\r\nHost: x\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 403") && resp.contains("Connection: close"),
+        "{resp}"
+    );
+}
+
+#[test]
+fn expect_continue_and_chunked_bodies() {
+    let s = TestServer::start();
+    s.exchange(&s.signed("PUT", "/devstoreaccount1/chunkq", &[("Connection", "close")], b""));
+    let body = b"<QueueMessage><MessageText>chunky</MessageText></QueueMessage>";
+    let mut chunked = Vec::new();
+    for part in body.chunks(10) {
+        chunked.extend(format!("{:x}\r\n", part.len()).into_bytes());
+        chunked.extend_from_slice(part);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let mut head = s.signed(
+        "POST",
+        "/devstoreaccount1/chunkq/messages",
+        &[
+            ("Transfer-Encoding", "chunked"),
+            ("Expect", "100-continue"),
+            ("Connection", "close"),
+        ],
+        b"",
+    );
+    let mut c = s.connect();
+    c.write_all(&head).unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = c.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(&chunked).unwrap();
+    let mut rest = String::new();
+    c.read_to_string(&mut rest).unwrap();
+    assert!(rest.starts_with("HTTP/1.1 201"), "{rest}");
+    head.clear();
+    let peek = s.exchange(&s.signed(
+        "GET",
+        "/devstoreaccount1/chunkq/messages?peekonly=true",
+        &[("Connection", "close")],
+        b"",
+    ));
+    assert!(peek.contains("<MessageText>chunky</MessageText>"));
+}
+
+#[test]
+fn head_has_no_body() {
+    let s = TestServer::start();
+    s.exchange(&s.signed("PUT", "/devstoreaccount1/headq", &[("Connection", "close")], b""));
+    let resp = s.exchange(&s.signed(
+        "HEAD",
+        "/devstoreaccount1/nosuchq?comp=metadata",
+        &[("Connection", "close")],
+        b"",
+    ));
+    assert!(
+        resp.starts_with("HTTP/1.1 404") && resp.contains("x-ms-error-code: QueueNotFound"),
+        "{resp}"
+    );
+    assert!(resp.ends_with("\r\n\r\n"), "HEAD must not carry a body: {resp}");
+}
+
+#[test]
+fn malformed_and_oversized_requests_get_answers_and_the_server_survives() {
+    let s = TestServer::start();
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (b"GARBAGE\r\n\r\n".to_vec(), 400),
+        (
+            b"GET / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello".to_vec(),
+            400,
+        ),
+        (b"POST / HTTP/1.1\r\nContent-Length: -3\r\n\r\n".to_vec(), 400),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc".to_vec(),
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nnothex\r\n".to_vec(),
+            400,
+        ),
+        (
+            format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(40_000)).into_bytes(),
+            431,
+        ),
+        (
+            format!("GET / HTTP/1.1\r\n{}\r\n", "X-H: 1\r\n".repeat(150)).into_bytes(),
+            431,
+        ),
+        (
+            b"POST /devstoreaccount1/q/messages HTTP/1.1\r\nContent-Length: 200000\r\n\r\n".to_vec(),
+            413,
+        ),
+        (
+            b"GET /devstoreaccount1/%zz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            b"GET /devstoreaccount1/../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            b"GET /devstoreaccount1/\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_vec(),
+            400,
+        ),
+    ];
+    for (raw, want) in cases {
+        let resp = s.exchange(&raw);
+        assert_eq!(
+            statuses(&resp).first(),
+            Some(&want),
+            "{} -> {resp}",
+            String::from_utf8_lossy(&raw[..raw.len().min(80)])
+        );
+        assert!(resp.contains("x-ms-error-code:"), "{resp}");
+        s.assert_healthy();
+    }
+    let resp = s.exchange(b"POST /devstoreaccount1/q/messages HTTP/1.1\r\nContent-Length: 200000\r\n\r\n");
+    assert!(resp.contains("<MaxLimit>131584</MaxLimit>"));
+    // A body shorter than declared, then the client gives up: no answer owed, no harm done.
+    let mut c = s.connect();
+    c.write_all(b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort")
+        .unwrap();
+    drop(c);
+    s.assert_healthy();
+}
