@@ -34,6 +34,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     startup::check_io_uring()?;
     startup::check_memlock(n, cfg.io_memory_kib)?;
     startup::check_o_direct(&cfg.data_dir)?;
+    let _lock = startup::lock_data_dir(&cfg.data_dir)?;
     startup::check_shard_count(&cfg.data_dir, n)?;
 
     // Signals are taken by this thread alone: block them before the executor

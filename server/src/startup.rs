@@ -126,3 +126,25 @@ pub fn check_shard_count(dir: &Path, shards: usize) -> Result<(), String> {
         Err(e) => Err(format!("cannot read {}: {e}", file.display())),
     }
 }
+
+/// Takes an exclusive lock on the data directory for the life of the
+/// process. Every core listens with SO_REUSEPORT, so a second server on the
+/// same port would otherwise start happily and share the directory.
+pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::io::AsRawFd;
+    let path = dir.join("LOCK");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "the data directory {} is in use by another hematite process; stop it or use another --data-dir",
+            dir.display()
+        ));
+    }
+    Ok(f)
+}

@@ -117,14 +117,27 @@ class Raw:
         sig = base64.b64encode(hmac.new(base64.b64decode(self.key), sts.encode(), hashlib.sha256).digest()).decode()
         return f"SharedKey {self.account}:{sig}"
 
-    def request(self, method, path, query="", headers=None, body=b"", sign=True):
+    def sign_lite(self, method, path, query, headers):
+        lower = {k.lower(): v for k, v in headers.items()}
+        ms = sorted((k, v.strip()) for k, v in lower.items() if k.startswith("x-ms-"))
+        resource = f"/{self.account}{path}"
+        comp = dict(urllib.parse.parse_qsl(query)).get("comp")
+        if comp:
+            resource += f"?comp={comp}"
+        sts = "\n".join([method, lower.get("content-md5", ""), lower.get("content-type", ""), ""]) + "\n"
+        sts += "".join(f"{k}:{v}\n" for k, v in ms) + resource
+        sig = base64.b64encode(hmac.new(base64.b64decode(self.key), sts.encode(), hashlib.sha256).digest()).decode()
+        return f"SharedKeyLite {self.account}:{sig}"
+
+    def request(self, method, path, query="", headers=None, body=b"", sign=True, lite=False, sign_path=None):
         headers = dict(headers or {})
         headers.setdefault("x-ms-date", formatdate(usegmt=True))
         headers.setdefault("x-ms-version", "2026-10-06")
         if body:
             headers["Content-Length"] = str(len(body))
         if sign:
-            headers["Authorization"] = self.sign(method, path, query, headers)
+            signer = self.sign_lite if lite else self.sign
+            headers["Authorization"] = signer(method, sign_path or path, query, headers)
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         conn.request(method, path + ("?" + query if query else ""), body=body or None, headers=headers)
         resp = conn.getresponse()

@@ -124,3 +124,65 @@ def test_account_sas(server, qname):
         list(QueueServiceClient(server.endpoint, credential=objects_only).list_queues())
     assert code(e) == "AuthorizationResourceTypeMismatch"
     QueueServiceClient.from_connection_string(server.conn_str()).delete_queue(qname)
+
+
+def test_shared_key_lite(raw, qname):
+    status, _, _ = raw.request("PUT", f"/devstoreaccount1/{qname}", lite=True)
+    assert status == 201
+    status, headers, _ = raw.request("GET", f"/devstoreaccount1/{qname}", "comp=metadata", lite=True)
+    assert status == 200 and headers["x-ms-approximate-messages-count"] == "0"
+    wrong = Raw(raw.port, key=OTHER_KEY)
+    status, headers, _ = wrong.request("GET", f"/devstoreaccount1/{qname}", "comp=metadata", lite=True)
+    assert (status, headers["x-ms-error-code"]) == (403, "AuthenticationFailed")
+    raw.request("DELETE", f"/devstoreaccount1/{qname}")
+
+
+def test_host_style_addressing(raw, qname):
+    # account.queue.<host>: the account comes from the host, the path has none
+    host = {"Host": f"devstoreaccount1.queue.localhost:{raw.port}"}
+    status, _, _ = raw.request("PUT", f"/{qname}", headers=host)
+    assert status == 201
+    status, _, body = raw.request("GET", "/", "comp=list&prefix=" + qname, headers=host)
+    assert status == 200 and f"<Name>{qname}</Name>" in body
+    raw.request("DELETE", f"/{qname}", headers=host)
+
+
+def test_sas_ip_and_protocol_restrictions(server, queue):
+    elsewhere = generate_queue_sas(ACCOUNT, queue.queue_name, KEY, permission="r", expiry=future(), ip="10.9.8.7")
+    with pytest.raises(HttpResponseError) as e:
+        QueueClient.from_queue_url(f"{server.endpoint}/{queue.queue_name}", credential=elsewhere).peek_messages()
+    assert code(e) == "AuthorizationSourceIPMismatch"
+    here = generate_queue_sas(ACCOUNT, queue.queue_name, KEY, permission="r", expiry=future(), ip="127.0.0.0-127.0.0.255")
+    QueueClient.from_queue_url(f"{server.endpoint}/{queue.queue_name}", credential=here).peek_messages()
+    https_only = generate_queue_sas(ACCOUNT, queue.queue_name, KEY, permission="r", expiry=future(), protocol="https")
+    with pytest.raises(HttpResponseError) as e:
+        QueueClient.from_queue_url(f"{server.endpoint}/{queue.queue_name}", credential=https_only).peek_messages()
+    assert code(e) == "AuthorizationProtocolMismatch"
+
+
+def test_account_sas_for_another_service(server):
+    import base64
+    import hashlib
+    import hmac
+    import urllib.parse
+    se = future().strftime("%Y-%m-%dT%H:%M:%SZ")
+    sts = f"{ACCOUNT}\nrl\nb\nsco\n\n{se}\n\n\n2026-10-06\n\n"
+    sig = base64.b64encode(hmac.new(base64.b64decode(KEY), sts.encode(), hashlib.sha256).digest()).decode()
+    token = urllib.parse.urlencode({"sv": "2026-10-06", "ss": "b", "srt": "sco", "sp": "rl", "se": se, "sig": sig})
+    with pytest.raises(HttpResponseError) as e:
+        list(QueueServiceClient(f"{server.endpoint}?{token}").list_queues())
+    assert code(e) == "AuthorizationServiceMismatch"
+
+
+def test_azurite_receipt_mode():
+    from conftest import Server
+    s = Server(extra_args=["--azurite-receipt-errors", "--shards", "1"])
+    try:
+        q = QueueServiceClient.from_connection_string(s.conn_str()).create_queue("azmode")
+        sent = q.send_message("x")
+        q.receive_message()
+        with pytest.raises(HttpResponseError) as e:
+            q.delete_message(sent.id, sent.pop_receipt)
+        assert (e.value.status_code, code(e)) == (400, "PopReceiptMismatch")
+    finally:
+        assert s.stop() == 0
