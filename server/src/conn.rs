@@ -7,36 +7,68 @@ use crate::handler::{handle, Ctx};
 use crate::http::{FrameError, Reader, Request};
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use std::cell::Cell;
-use std::future::Future;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
-enum Waited<T> {
-    Done(T),
-    TimedOut,
-    Stopping,
+/// Deadlines for connections waiting on their peer, enforced by one task per
+/// core. Per-request timers would cost an io_uring timeout submission and a
+/// cancellation on every request; instead each connection records when it
+/// must give up, and the reaper shuts the socket down once that passes (or at
+/// shutdown), which wakes the blocked read with end-of-file.
+#[derive(Default)]
+pub struct Reaper {
+    next: Cell<u64>,
+    conns: RefCell<HashMap<u64, Rc<Watch>>>,
 }
 
-/// Runs `f` until it finishes, `limit` passes, or shutdown begins.
-async fn bounded<T>(limit: Duration, stop: &AtomicBool, f: impl Future<Output = T>) -> Waited<T> {
-    let done = async { Waited::Done(f.await) };
-    let timer = async {
-        glommio::timer::sleep(limit).await;
-        Waited::TimedOut
-    };
-    let stopping = async {
+/// One connection's entry: its socket and, while it waits, its deadline.
+pub struct Watch {
+    fd: RawFd,
+    deadline: Cell<Option<Instant>>,
+}
+
+impl Reaper {
+    fn register(&self, fd: RawFd) -> (u64, Rc<Watch>) {
+        let id = self.next.get();
+        self.next.set(id + 1);
+        let w = Rc::new(Watch {
+            fd,
+            deadline: Cell::new(None),
+        });
+        self.conns.borrow_mut().insert(id, w.clone());
+        (id, w)
+    }
+
+    fn unregister(&self, id: u64) {
+        self.conns.borrow_mut().remove(&id);
+    }
+
+    /// Runs until `stop`, then wakes every waiting connection so it closes.
+    pub async fn run(self: Rc<Self>, stop: Arc<AtomicBool>) {
         loop {
-            glommio::timer::sleep(Duration::from_millis(100)).await;
-            if stop.load(Ordering::Relaxed) {
-                return Waited::Stopping;
+            let stopping = stop.load(Ordering::Relaxed);
+            let now = Instant::now();
+            for w in self.conns.borrow().values() {
+                if w.deadline.get().is_some_and(|d| stopping || d <= now) {
+                    // SAFETY: shutdown on a socket the connection still owns;
+                    // the blocked read then returns end-of-file.
+                    unsafe {
+                        libc::shutdown(w.fd, libc::SHUT_RDWR);
+                    }
+                }
             }
+            if stopping && self.conns.borrow().is_empty() {
+                return;
+            }
+            glommio::timer::sleep(REAPER_TICK).await;
         }
-    };
-    futures_lite::future::or(done, futures_lite::future::or(timer, stopping)).await
+    }
 }
 
 fn framing_error(e: &FrameError) -> Option<ApiError> {
@@ -75,13 +107,23 @@ impl Drop for Held {
 
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
+    fd: RawFd,
     peer: IpAddr,
     ctx: Rc<Ctx>,
     stop: Arc<AtomicBool>,
     count: Rc<ConnCount>,
+    reaper: Rc<Reaper>,
 ) {
     count.0.set(count.0.get() + 1);
     let _held = Held(count.clone());
+    let (watch_id, watch) = reaper.register(fd);
+    struct Unwatch(Rc<Reaper>, u64);
+    impl Drop for Unwatch {
+        fn drop(&mut self) {
+            self.0.unregister(self.1);
+        }
+    }
+    let _unwatch = Unwatch(reaper, watch_id);
     let mut r = Reader::new(stream);
     let mut out = Vec::with_capacity(4096);
     if count.get() > MAX_CONNECTIONS_PER_CORE {
@@ -96,15 +138,17 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return;
     }
     loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let limit = if r.buffered() == 0 {
             IDLE_TIMEOUT
         } else {
             REQUEST_TIMEOUT
         };
-        let next = match bounded(limit, &stop, r.next_request()).await {
-            Waited::Done(x) => x,
-            Waited::TimedOut | Waited::Stopping => break,
-        };
+        watch.deadline.set(Some(Instant::now() + limit));
+        let next = r.next_request().await;
+        watch.deadline.set(None);
         let req: Request = match next {
             Ok(Some(req)) => req,
             Ok(None) => break,

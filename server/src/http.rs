@@ -126,46 +126,56 @@ enum Body {
 }
 
 /// A connection's read side: a buffer and the stream it refills from.
+/// Bytes `start..end` of `buf` are received and not yet consumed. The buffer
+/// is zeroed once and reused, so refilling it costs no memset.
 pub struct Reader<S> {
     pub stream: S,
     buf: Vec<u8>,
     start: usize,
+    end: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     pub fn new(stream: S) -> Self {
         Reader {
             stream,
-            buf: Vec::with_capacity(READ_CHUNK),
+            buf: vec![0; READ_CHUNK],
             start: 0,
+            end: 0,
         }
     }
 
     /// Bytes already received but not yet consumed (pipelined requests).
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start
     }
 
     /// Whether the buffer already holds the whole head of another request, so
     /// its response can be batched with the ones before it.
     pub fn has_next_head(&self) -> bool {
-        self.buf[self.start..].windows(4).any(|w| w == b"\r\n\r\n")
+        self.buf[self.start..self.end].windows(4).any(|w| w == b"\r\n\r\n")
     }
 
     /// Reads more bytes. Ok(false) on a clean EOF.
     async fn fill(&mut self) -> io::Result<bool> {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+        if self.start == self.end {
             self.start = 0;
-        } else if self.start > READ_CHUNK * 4 {
-            self.buf.drain(..self.start);
-            self.start = 0;
+            self.end = 0;
         }
-        let old = self.buf.len();
-        self.buf.resize(old + READ_CHUNK, 0);
-        let n = self.stream.read(&mut self.buf[old..]).await;
-        self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-        Ok(n? > 0)
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                // A request larger than the buffer: grow (bounded by the head and body limits).
+                let len = self.buf.len();
+                self.buf.resize(len * 2, 0);
+            }
+        }
+        let n = self.stream.read(&mut self.buf[self.end..]).await?;
+        self.end += n;
+        Ok(n > 0)
     }
 
     /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
@@ -174,7 +184,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         let (req, head_len) = loop {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut parsed = httparse::Request::new(&mut headers);
-            match parsed.parse(&self.buf[self.start..]) {
+            match parsed.parse(&self.buf[self.start..self.end]) {
                 Ok(httparse::Status::Complete(n)) => {
                     let req = Request {
                         method: parsed.method.unwrap_or("").to_string(),
@@ -249,7 +259,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         let mut body = Vec::new();
         loop {
             let size = loop {
-                match httparse::parse_chunk_size(&self.buf[self.start..]) {
+                match httparse::parse_chunk_size(&self.buf[self.start..self.end]) {
                     Ok(httparse::Status::Complete((used, size))) => {
                         self.start += used;
                         break size;
@@ -268,7 +278,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             if size == 0 {
                 // Trailers (ignored) up to the empty line.
                 loop {
-                    let rest = &self.buf[self.start..];
+                    let rest = &self.buf[self.start..self.end];
                     if let Some(i) = rest.windows(2).position(|w| w == b"\r\n") {
                         self.start += i + 2;
                         if i == 0 {

@@ -16,6 +16,9 @@ pub const MAX_CONNECTIONS_PER_CORE: usize = 4096;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A request must arrive completely (head and body) within this.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often each core checks connection deadlines (so timeouts fire up to
+/// this much late).
+pub const REAPER_TICK: Duration = Duration::from_millis(250);
 /// Read buffer growth step.
 pub const READ_CHUNK: usize = 16 * 1024;
 /// Requests in flight from other cores that one core serves at a time

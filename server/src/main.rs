@@ -1,5 +1,10 @@
 use clap::Parser;
 
+// Requests allocate many small strings; glibc's malloc spent ~15% of a core
+// on them under load (perf, docs/benchmarks.md). mimalloc is far cheaper here.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cfg = server::config::Config::parse();
     tracing_subscriber::fmt()

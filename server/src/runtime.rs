@@ -5,7 +5,7 @@
 //! graceful drain.
 
 use crate::config::{Config, SyncFlag};
-use crate::conn::{serve, ConnCount};
+use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
 use crate::limits::MAINTENANCE_INTERVAL;
 use crate::service::ServiceStore;
@@ -149,6 +149,8 @@ async fn shard_main(
         accounts: Rc::new(accounts),
     });
     let conns = Rc::new(ConnCount::default());
+    let reaper = Rc::new(Reaper::default());
+    let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
 
     // Expiry, segment preparation and compaction, in the background.
     let m = shard.clone();
@@ -181,7 +183,17 @@ async fn shard_main(
                     .map(|a| a.ip())
                     .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
                 let _ = stream.set_nodelay(true);
-                glommio::spawn_local(serve(stream, peer, ctx.clone(), stop.clone(), conns.clone())).detach();
+                let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
+                glommio::spawn_local(serve(
+                    stream,
+                    fd,
+                    peer,
+                    ctx.clone(),
+                    stop.clone(),
+                    conns.clone(),
+                    reaper.clone(),
+                ))
+                .detach();
             }
             Some(Err(e)) => {
                 tracing::warn!(shard = i, "accept failed: {e}");
@@ -196,6 +208,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     maintenance.await;
+    reaping.await;
     // Everything acknowledged is already durable; this makes sure nothing
     // appended by background work is left unsynced either.
     let _ = shard.wal().wait_durable(shard.wal().last_lsn()).await;

@@ -119,21 +119,29 @@ fn crc_seeded(seed: u32, data: &[u8]) -> u32 {
 
 /// Appends one frame to `out`.
 pub fn encode_frame(out: &mut Vec<u8>, seed: u32, kind: u8, lsn: u64, body: &[u8]) {
-    assert!(
-        body.len() <= MAX_RECORD_BODY,
-        "record body of {} bytes exceeds the frame limit",
-        body.len()
-    );
+    encode_frame_with(out, seed, kind, lsn, |o| o.extend_from_slice(body));
+}
+
+/// Appends one frame whose body `write` appends straight into `out`, so the
+/// record is never built in a buffer of its own. Returns the frame's length.
+pub fn encode_frame_with(out: &mut Vec<u8>, seed: u32, kind: u8, lsn: u64, write: impl FnOnce(&mut Vec<u8>)) -> usize {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
+    write(out);
+    let body_len = out.len() - start - FRAME_HEADER_LEN;
+    assert!(
+        body_len <= MAX_RECORD_BODY,
+        "record body of {body_len} bytes exceeds the frame limit"
+    );
+    let body_crc = crc_seeded(seed, &out[start + FRAME_HEADER_LEN..]);
     let h = &mut out[start..start + FRAME_HEADER_LEN];
-    h[4..8].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    h[4..8].copy_from_slice(&(body_len as u32).to_le_bytes());
     h[8] = kind;
     h[12..20].copy_from_slice(&lsn.to_le_bytes());
-    h[20..24].copy_from_slice(&crc_seeded(seed, body).to_le_bytes());
+    h[20..24].copy_from_slice(&body_crc.to_le_bytes());
     let hcrc = crc_seeded(seed, &h[4..24]);
     h[0..4].copy_from_slice(&hcrc.to_le_bytes());
-    out.extend_from_slice(body);
+    FRAME_HEADER_LEN + body_len
 }
 
 /// A frame header that passed its checksum.

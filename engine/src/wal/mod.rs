@@ -24,7 +24,7 @@ use crate::disk::{Disk, DiskFile};
 use crate::error::StorageError;
 use crate::limits::*;
 use event_listener::Event;
-use frame::{encode_frame, SegmentHeader, FRAME_HEADER_LEN};
+use frame::{encode_frame, encode_frame_with, SegmentHeader, FRAME_HEADER_LEN};
 use record::Record;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -134,6 +134,8 @@ struct State<F> {
     poisoned: Option<String>,
     alignment: u64,
     commits: u64,
+    /// Buffers of written batches, kept for the next ones.
+    spare: Vec<Vec<u8>>,
 }
 
 /// The log. See the module docs for the protocol.
@@ -175,6 +177,7 @@ impl<D: Disk> Wal<D> {
                 poisoned: None,
                 alignment: 512,
                 commits: 0,
+                spare: Vec::new(),
             }),
             changed: Event::new(),
         };
@@ -323,17 +326,15 @@ impl<D: Disk> Wal<D> {
         let lsn = st.next_lsn;
         st.next_lsn += 1;
         let b = st.batches.back_mut().expect("open batch");
-        let mut body = Vec::new();
-        rec.encode(&mut body);
         let frame_offset = b.base + b.buf.len() as u64;
-        encode_frame(&mut b.buf, b.seed, rec.kind(), lsn, &body);
+        let frame_len = encode_frame_with(&mut b.buf, b.seed, rec.kind(), lsn, |out| rec.encode(out));
         b.last_lsn = lsn;
         b.records += 1;
         Ok(RecordPos {
             lsn,
             seg: b.seg,
             frame_offset,
-            frame_len: (FRAME_HEADER_LEN + body.len()) as u32,
+            frame_len: frame_len as u32,
         })
     }
 
@@ -367,7 +368,9 @@ impl<D: Disk> Wal<D> {
         let seed = seg.header.seed();
         let marker_lsn = st.next_lsn;
         st.next_lsn += 1;
-        let mut buf = Vec::with_capacity(64 * 1024);
+        // Reuse a written batch's buffer: no allocation per commit.
+        let mut buf = st.spare.pop().unwrap_or_else(|| Vec::with_capacity(64 * 1024));
+        buf.clear();
         buf.resize(COMMIT_FRAME_LEN, 0);
         st.batches.push_back(Batch {
             seg: st.tail_seg,
@@ -507,6 +510,9 @@ impl<D: Disk> Wal<D> {
         let mut st = self.st.borrow_mut();
         let s = st.segments.get_mut(&b.seg).expect("segment of a batch exists");
         s.end = s.end.max(b.base + padded as u64);
+        if st.spare.len() < 4 && b.buf.capacity() <= 2 * MAX_COMMIT_BYTES {
+            st.spare.push(b.buf);
+        }
         Ok(b.last_lsn)
     }
 
