@@ -1,1 +1,9 @@
-//! Cross-crate integration tests live in `tests/tests/`.
+//! End-to-end harnesses that drive the real `hematite` binary.
+//!
+//! # Layout
+//! - [`client`]: a small blocking HTTP/1.1 client that signs with Shared Key.
+//! - [`crash`]: the kill -9 crash harness: concurrent load with a ledger of
+//!   acknowledged operations, SIGKILL at a random moment, restart, verify.
+
+pub mod client;
+pub mod crash;
