@@ -9,6 +9,7 @@
 
 pub mod dma;
 pub mod sim;
+pub mod std_fs;
 
 use std::io;
 

@@ -21,6 +21,9 @@ pub enum RecoveryMode {
     /// Operator override: rename each damaged segment to `*.quarantined`,
     /// lose all of its records, and start with the rest.
     QuarantineCorrupt,
+    /// Strict checks that change nothing on disk (no tail seal, no removals):
+    /// what the operator's WAL tool uses on a stopped server's directory.
+    Inspect,
 }
 
 /// What recovery found and did.
@@ -274,14 +277,44 @@ struct Found<F> {
     header: Option<SegmentHeader>,
 }
 
+/// Checks and replays a WAL directory without changing it: the same
+/// decisions as startup in strict mode, reported instead of acted on.
+pub async fn inspect<D: Disk>(
+    disk: &D,
+    shard_id: u32,
+    apply: &mut dyn FnMut(Record, RecordPos),
+) -> Result<RecoveryReport, StorageError> {
+    let cfg = WalConfig {
+        shard_id,
+        segment_bytes: crate::limits::DEFAULT_SEGMENT_BYTES,
+        recovery: RecoveryMode::Inspect,
+    };
+    Ok(recover(disk, cfg, apply).await?.report)
+}
+
+/// Recovers a WAL directory in place, as startup would (cutting a torn tail,
+/// or with `QuarantineCorrupt` setting damaged segments aside), without
+/// opening it for writes. The operator's `repair` command.
+pub async fn repair<D: Disk>(disk: &D, shard_id: u32, mode: RecoveryMode) -> Result<RecoveryReport, StorageError> {
+    let cfg = WalConfig {
+        shard_id,
+        segment_bytes: crate::limits::DEFAULT_SEGMENT_BYTES,
+        recovery: mode,
+    };
+    Ok(recover(disk, cfg, &mut |_, _| {}).await?.report)
+}
+
 pub(crate) async fn recover<D: Disk>(
     disk: &D,
     cfg: WalConfig,
     apply: &mut dyn FnMut(Record, RecordPos),
 ) -> Result<Recovered<D::File>, StorageError> {
     let io_err = |name: &str, e: io::Error| StorageError::io(disk.describe(name), e);
+    let read_only = cfg.recovery == RecoveryMode::Inspect;
     // Make whatever the directory holds durable before trusting it.
-    disk.sync_dir().await.map_err(|e| io_err(".", e))?;
+    if !read_only {
+        disk.sync_dir().await.map_err(|e| io_err(".", e))?;
+    }
     let names = disk.list().await.map_err(|e| io_err(".", e))?;
     let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
     seqs.sort_unstable();
@@ -290,7 +323,7 @@ pub(crate) async fn recover<D: Disk>(
         .filter_map(|n| n.strip_suffix(".quarantined").and_then(parse_segment_name))
         .collect();
     let mut report = RecoveryReport::default();
-    let strict = cfg.recovery == RecoveryMode::Strict;
+    let strict = cfg.recovery != RecoveryMode::QuarantineCorrupt;
     let corrupt = |file: &str, offset: u64, reason: String| StorageError::Corruption {
         file: disk.describe(file),
         offset,
@@ -509,6 +542,7 @@ pub(crate) async fn recover<D: Disk>(
         };
         let end = match s.stop {
             Stop::Sealed { end } => end,
+            _ if read_only => s.valid_end,
             _ => {
                 debug_assert_eq!(tail, Some(i), "only the tail is open");
                 // Seal the recovered tail where its valid data ends; never append to it again.
@@ -539,7 +573,7 @@ pub(crate) async fn recover<D: Disk>(
             },
         );
     }
-    if !removed.is_empty() {
+    if !removed.is_empty() && !read_only {
         for name in &removed {
             disk.remove(name).await.map_err(|e| io_err(name, e))?;
         }
