@@ -112,6 +112,7 @@ impl Disk for DmaDisk {
     type File = DmaDiskFile;
 
     async fn create(&self, name: &str) -> io::Result<DmaDiskFile> {
+        faults::before_allocation()?;
         self.open_file(name, true).await
     }
 
@@ -183,6 +184,7 @@ impl DiskFile for DmaDiskFile {
     }
 
     async fn sync(&self) -> io::Result<()> {
+        faults::before_sync()?;
         match self.sync_path {
             SyncPath::Uring => self.file.fdatasync().await.map_err(to_io),
             SyncPath::BlockingPool => {
@@ -209,6 +211,7 @@ impl DiskFile for DmaDiskFile {
     async fn allocate(&self, len: u64) -> io::Result<()> {
         // Reserve the blocks first either way, so ENOSPC shows up here, at
         // segment creation, and never in the middle of a commit.
+        faults::before_allocation()?;
         self.file.pre_allocate(len, false).await.map_err(to_io)?;
         if self.prealloc == Preallocation::ZeroFill {
             const CHUNK: u64 = 1 << 20;
@@ -221,6 +224,62 @@ impl DiskFile for DmaDiskFile {
                 pos += n;
             }
         }
+        Ok(())
+    }
+}
+
+/// Fault injection on the real backend, compiled only with the
+/// `fault-injection` feature (tests of the server binary use it). Controlled
+/// by environment variables read once per process:
+/// - `HEMATITE_FAULT_SYNC_AFTER=N`: every fdatasync after the first N fails with EIO.
+/// - `HEMATITE_FAULT_ENOSPC_FILE=PATH`: while PATH exists, creating or
+///   preallocating a segment fails with ENOSPC.
+#[cfg(feature = "fault-injection")]
+mod faults {
+    use std::io;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    struct Config {
+        sync_after: Option<u64>,
+        enospc_file: Option<std::path::PathBuf>,
+    }
+
+    fn config() -> &'static Config {
+        static C: OnceLock<Config> = OnceLock::new();
+        C.get_or_init(|| Config {
+            sync_after: std::env::var("HEMATITE_FAULT_SYNC_AFTER")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            enospc_file: std::env::var_os("HEMATITE_FAULT_ENOSPC_FILE").map(Into::into),
+        })
+    }
+
+    pub fn before_sync() -> io::Result<()> {
+        static SYNCS: AtomicU64 = AtomicU64::new(0);
+        let n = SYNCS.fetch_add(1, Ordering::Relaxed);
+        match config().sync_after {
+            Some(limit) if n >= limit => Err(io::Error::from_raw_os_error(libc::EIO)),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn before_allocation() -> io::Result<()> {
+        match &config().enospc_file {
+            Some(p) if p.exists() => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+mod faults {
+    #[inline(always)]
+    pub fn before_sync() -> std::io::Result<()> {
+        Ok(())
+    }
+    #[inline(always)]
+    pub fn before_allocation() -> std::io::Result<()> {
         Ok(())
     }
 }

@@ -1,0 +1,174 @@
+//! Disk faults on the real backend (built with `--features fault-injection`):
+//! a failing fdatasync poisons the shard, answers 5xx and acknowledges
+//! nothing more, and a restart keeps everything acknowledged; a full disk
+//! refuses writes with 503 while reads work, and writes resume once space is
+//! back. Run by tools/test-all with the feature on.
+
+use client::Client;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+
+// The signing test client of the end-to-end crate. That crate depends on
+// this one, so the module is shared by path instead; one copy of the code.
+#[path = "../../tests/src/client.rs"]
+mod client;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start(dir: &std::path::Path, port: u16, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hematite"));
+    cmd.args([
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--shards",
+        "1",
+        "--io-memory-kib",
+        "512",
+        "--segment-mib",
+        "1",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("hematite ready"), "{line}");
+    child
+}
+
+fn put(c: &mut Client, q: &str, text: &str) -> u16 {
+    let body = client::message_xml(text);
+    c.call(
+        "POST",
+        &format!("/devstoreaccount1/{q}/messages?messagettl=-1"),
+        &[],
+        &body,
+    )
+    .map(|r| r.status)
+    .unwrap_or(0)
+}
+
+#[test]
+fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = start(dir.path(), port, &[("HEMATITE_FAULT_SYNC_AFTER", "40".into())]);
+    let mut c = Client::new(port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/faultq", &[], b"").unwrap().status, 201);
+    let mut acked = Vec::new();
+    let mut failure = None;
+    for i in 0..200 {
+        let text = format!("m{i}");
+        match put(&mut c, "faultq", &text) {
+            201 => acked.push(text),
+            status => {
+                failure = Some(status);
+                break;
+            }
+        }
+    }
+    assert_eq!(failure, Some(500), "a failed fdatasync must answer 500");
+    // poisoned: later writes are refused too, with InternalError
+    let r = c
+        .call(
+            "POST",
+            "/devstoreaccount1/faultq/messages",
+            &[],
+            b"<QueueMessage><MessageText>x</MessageText></QueueMessage>",
+        )
+        .unwrap();
+    assert_eq!((r.status, r.code()), (500, "InternalError"));
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGKILL);
+    }
+    let _ = server.wait();
+    let mut err = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        err.contains("poisoned") && err.contains("fdatasync"),
+        "the log says why: {err}"
+    );
+    // Restart without faults: everything acknowledged is there, in order.
+    let mut server = start(dir.path(), port, &[]);
+    let mut c = Client::new(port);
+    let r = c
+        .call(
+            "GET",
+            "/devstoreaccount1/faultq/messages?peekonly=true&numofmessages=32",
+            &[],
+            b"",
+        )
+        .unwrap();
+    let texts = client::all_between(&r.body, "MessageText");
+    let props = c
+        .call("GET", "/devstoreaccount1/faultq?comp=metadata", &[], b"")
+        .unwrap();
+    let count: usize = props
+        .header("x-ms-approximate-messages-count")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        count == acked.len() || count == acked.len() + 1,
+        "{count} messages for {} acknowledged",
+        acked.len()
+    );
+    assert_eq!(texts[..], acked[..texts.len().min(acked.len())]);
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    assert!(server.wait().unwrap().success());
+}
+
+#[test]
+fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("ENOSPC");
+    let data = dir.path().join("data");
+    let port = free_port();
+    let mut server = start(
+        &data,
+        port,
+        &[("HEMATITE_FAULT_ENOSPC_FILE", flag.display().to_string())],
+    );
+    let mut c = Client::new(port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/fullq", &[], b"").unwrap().status, 201);
+    std::fs::write(&flag, b"").unwrap();
+    let big = "b".repeat(8000);
+    let mut refused = None;
+    for i in 0..1000 {
+        let s = put(&mut c, "fullq", &format!("{i}{big}"));
+        if s != 201 {
+            refused = Some(s);
+            break;
+        }
+    }
+    assert_eq!(refused, Some(503), "writes are refused once no new segment fits");
+    let r = c
+        .call("GET", "/devstoreaccount1/fullq/messages?peekonly=true", &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 200, "reads still work");
+    let r = c
+        .call("GET", "/devstoreaccount1/fullq?comp=metadata", &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    std::fs::remove_file(&flag).unwrap();
+    assert_eq!(put(&mut c, "fullq", "after"), 201, "writes resume once space is back");
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    assert!(server.wait().unwrap().success());
+}
