@@ -60,6 +60,18 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = 1024)]
     pub io_memory_kib: usize,
 
+    /// Open connections per core; more are answered 503 ServerBusy and closed.
+    #[arg(long, env = "HEMATITE_MAX_CONNECTIONS_PER_CORE", default_value_t = crate::limits::MAX_CONNECTIONS_PER_CORE)]
+    pub max_connections_per_core: usize,
+
+    /// Seconds a keep-alive connection may sit idle between requests.
+    #[arg(long, env = "HEMATITE_IDLE_TIMEOUT_SECS", default_value_t = crate::limits::IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_secs: u64,
+
+    /// Seconds a request may take to arrive completely (slow clients are cut off).
+    #[arg(long, env = "HEMATITE_REQUEST_TIMEOUT_SECS", default_value_t = crate::limits::REQUEST_TIMEOUT.as_secs())]
+    pub request_timeout_secs: u64,
+
     /// Start even if a WAL segment is corrupt in the middle of the log: the
     /// damaged segment is renamed *.quarantined and ITS RECORDS ARE LOST.
     #[arg(long, env = "HEMATITE_QUARANTINE_CORRUPT_SEGMENTS")]

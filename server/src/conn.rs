@@ -126,7 +126,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let _unwatch = Unwatch(reaper, watch_id);
     let mut r = Reader::new(stream);
     let mut out = Vec::with_capacity(4096);
-    if count.get() > MAX_CONNECTIONS_PER_CORE {
+    if count.get() > ctx.limits.max_connections {
         let e = ApiError::new(
             503,
             "ServerBusy",
@@ -141,12 +141,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let limit = if r.buffered() == 0 {
-            IDLE_TIMEOUT
-        } else {
-            REQUEST_TIMEOUT
-        };
-        watch.deadline.set(Some(Instant::now() + limit));
+        // Idle until the first byte; from then on the whole request must
+        // arrive within the request timeout.
+        watch.deadline.set(Some(Instant::now() + ctx.limits.idle_timeout));
+        let woke = r.wait_for_request().await;
+        if !matches!(woke, Ok(true)) {
+            break;
+        }
+        watch.deadline.set(Some(Instant::now() + ctx.limits.request_timeout));
         let next = r.next_request().await;
         watch.deadline.set(None);
         let req: Request = match next {

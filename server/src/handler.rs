@@ -26,6 +26,7 @@ pub const DEFAULT_VERSION: &str = "2026-10-06";
 pub struct Ctx {
     pub router: Router,
     pub accounts: Rc<HashMap<String, Account>>,
+    pub limits: crate::limits::ConnLimits,
 }
 
 /// Handles one request; never fails (errors become Azure error responses).

@@ -156,6 +156,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         self.buf[self.start..self.end].windows(4).any(|w| w == b"\r\n\r\n")
     }
 
+    /// Waits for the first bytes of the next request, if none are buffered.
+    /// Ok(false): the peer closed. Lets the caller time idleness separately
+    /// from a request's arrival.
+    pub async fn wait_for_request(&mut self) -> io::Result<bool> {
+        if self.buffered() > 0 {
+            return Ok(true);
+        }
+        self.fill().await
+    }
+
     /// Reads more bytes. Ok(false) on a clean EOF.
     async fn fill(&mut self) -> io::Result<bool> {
         if self.start == self.end {

@@ -11,11 +11,33 @@ pub const MAX_HEADERS: usize = 100;
 /// `<MaxLimit>131584</MaxLimit>`; no queue operation needs more.
 pub const MAX_BODY_BYTES: usize = engine::limits::MAX_REQUEST_BODY_BYTES;
 /// Open connections per core; more are answered 503 and closed.
+/// Default of `--max-connections-per-core`.
 pub const MAX_CONNECTIONS_PER_CORE: usize = 4096;
 /// A keep-alive connection with no request in flight is closed after this.
+/// Default of `--idle-timeout-secs`.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// A request must arrive completely (head and body) within this.
+/// Default of `--request-timeout-secs`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connection limits an operator may tune, defaulting to the constants
+/// above. One copy per core.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_connections: MAX_CONNECTIONS_PER_CORE,
+            idle_timeout: IDLE_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+        }
+    }
+}
 /// How often each core checks connection deadlines (so timeouts fire up to
 /// this much late).
 pub const REAPER_TICK: Duration = Duration::from_millis(250);

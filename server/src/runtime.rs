@@ -144,9 +144,15 @@ async fn shard_main(
     let service = Rc::new(ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?);
     let router = Router::join(mesh, shard.clone(), service, i, n).await;
     let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
+    let limits = crate::limits::ConnLimits {
+        max_connections: cfg.max_connections_per_core.max(1),
+        idle_timeout: Duration::from_secs(cfg.idle_timeout_secs.max(1)),
+        request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
+    };
     let ctx = Rc::new(Ctx {
         router,
         accounts: Rc::new(accounts),
+        limits,
     });
     let conns = Rc::new(ConnCount::default());
     let reaper = Rc::new(Reaper::default());

@@ -1,0 +1,229 @@
+//! Hostile clients against the real binary: slow dribbling, many idle
+//! connections, the per-core connection limit, hostile XML and auth headers,
+//! huge query strings, garbage pipelined after a good request. After each the
+//! server must answer a normal request correctly, and its memory stays bounded.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+// The signing client of the end-to-end crate, shared by path (that crate
+// depends on this one).
+#[path = "../../tests/src/client.rs"]
+#[allow(dead_code)]
+mod client;
+
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hematite"))
+            .args([
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+                dir.path().to_str().unwrap(),
+                "--shards",
+                "1",
+                "--io-memory-kib",
+                "512",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("hematite ready"), "{line}");
+        Server { child, port, _dir: dir }
+    }
+
+    fn healthy(&self) {
+        let mut c = client::Client::new(self.port);
+        let r = c
+            .call("GET", "/devstoreaccount1/?comp=list", &[], b"")
+            .expect("server answers");
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn raw(&self, bytes: &[u8]) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success() || std::thread::panicking(), "exit {status}");
+    }
+}
+
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 1024];
+    while start.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn a_slow_client_is_cut_off() {
+    let server = Server::start(&["--request-timeout-secs", "2"]);
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let request = b"GET /devstoreaccount1/?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    s.write_all(&request[..1]).unwrap();
+    let start = Instant::now();
+    let mut closed = false;
+    for b in &request[1..] {
+        std::thread::sleep(Duration::from_millis(400));
+        if s.write_all(std::slice::from_ref(b)).is_err() {
+            closed = true;
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+    }
+    assert!(
+        closed || closed_within(&mut s, Duration::from_secs(3)),
+        "a dribbling client must be disconnected"
+    );
+    assert!(start.elapsed() < Duration::from_secs(8));
+    server.healthy();
+}
+
+#[test]
+fn thousands_of_idle_connections_stay_bounded_and_are_reaped() {
+    let server = Server::start(&["--idle-timeout-secs", "2"]);
+    let before = server.rss_kib();
+    let mut idle: Vec<TcpStream> = (0..2000)
+        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    server.healthy();
+    let during = server.rss_kib();
+    assert!(
+        during < before + 128 * 1024,
+        "2000 idle connections took {} KiB",
+        during - before
+    );
+    std::thread::sleep(Duration::from_millis(2600));
+    let mut reaped = 0;
+    for s in idle.iter_mut().take(50) {
+        if closed_within(s, Duration::from_secs(2)) {
+            reaped += 1;
+        }
+    }
+    assert_eq!(reaped, 50, "idle connections are closed after the idle timeout");
+    server.healthy();
+}
+
+#[test]
+fn connections_over_the_limit_get_503() {
+    let server = Server::start(&["--max-connections-per-core", "20"]);
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(TcpStream::connect(("127.0.0.1", server.port)).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let resp = server.raw(b"GET / HTTP/1.1\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 503") && resp.contains("ServerBusy"),
+        "{resp}"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    server.healthy();
+}
+
+#[test]
+fn hostile_bodies_headers_and_queries() {
+    let server = Server::start(&[]);
+    let mut c = client::Client::new(server.port);
+    assert_eq!(
+        c.call("PUT", "/devstoreaccount1/hostileq", &[], b"").unwrap().status,
+        201
+    );
+    let deep = format!("{}x{}", "<a>".repeat(10_000), "</a>".repeat(10_000));
+    let bomb = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;">]><QueueMessage><MessageText>&lol2;</MessageText></QueueMessage>"#;
+    let external = r#"<!DOCTYPE x [<!ENTITY xxe SYSTEM "file:///etc/passwd">]><QueueMessage><MessageText>&xxe;</MessageText></QueueMessage>"#;
+    let bodies: Vec<Vec<u8>> = vec![
+        deep.into_bytes(),
+        bomb.as_bytes().to_vec(),
+        external.as_bytes().to_vec(),
+        b"<QueueMessage><MessageText>\xff\xfe</MessageText></QueueMessage>".to_vec(),
+        b"<QueueMessage><MessageText>unterminated".to_vec(),
+    ];
+    for body in bodies {
+        let r = c
+            .call("POST", "/devstoreaccount1/hostileq/messages", &[], &body)
+            .unwrap();
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "InvalidXmlDocument"),
+            "{}",
+            String::from_utf8_lossy(&body[..body.len().min(60)])
+        );
+    }
+    server.healthy();
+    let resp = server.raw(b"GET /devstoreaccount1/?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: SharedKey devstoreaccount1:!!!not-base64!!!\r\nx-ms-date: Sun, 22 Nov 2026 10:43:06 GMT\r\nConnection: close\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 403") && resp.contains("AuthenticationFailed"),
+        "{resp}"
+    );
+    let resp = server.raw(b"GET /devstoreaccount1/?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: SharedKey nocolon\r\nConnection: close\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 400") && resp.contains("InvalidAuthenticationInfo"),
+        "{resp}"
+    );
+    let huge = format!(
+        "GET /devstoreaccount1/?comp=list&x={} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        "q".repeat(100_000)
+    );
+    assert!(server.raw(huge.as_bytes()).starts_with("HTTP/1.1 431"));
+    let resp = server.raw(b"OPTIONS /devstoreaccount1/q HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://x\r\nAccess-Control-Request-Method: GET\r\n\r\n\x00\x01\x02garbage\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 403") && resp.contains("HTTP/1.1 400"),
+        "a good request then pipelined garbage: {resp}"
+    );
+    server.healthy();
+}
