@@ -315,15 +315,20 @@ async fn execute(ctx: &Ctx, req: &Request, t: &Target, op: Operation) -> Result<
             let visibility_timeout = int_param(t, "visibilitytimeout")?;
             let ttl = int_param(t, "messagettl")?;
             let text = xmlio::parse_message_text(&req.body)?;
-            match on_owner(ctx, t, Command::Put { account, queue: queue(), text, visibility_timeout, ttl }).await? {
-                Outcome::Put(p) => Response::new(201).xml(format!(
-                    "{DECL}<QueueMessagesList><QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible></QueueMessage></QueueMessagesList>",
-                    p.id,
-                    rfc1123(p.inserted_ms),
-                    rfc1123(p.expires_ms),
-                    p.pop_receipt,
-                    rfc1123(p.visible_ms)
-                )),
+            match on_owner(
+                ctx,
+                t,
+                Command::Put {
+                    account,
+                    queue: queue(),
+                    text,
+                    visibility_timeout,
+                    ttl,
+                },
+            )
+            .await?
+            {
+                Outcome::Put(p) => Response::new(201).xml(xmlio::write_put(&p)),
                 o => return Err(unexpected(o)),
             }
         }
@@ -342,29 +347,7 @@ async fn execute(ctx: &Ctx, req: &Request, t: &Target, op: Operation) -> Result<
             )
             .await?
             {
-                Outcome::Received(msgs) => {
-                    let mut s = String::with_capacity(256 + msgs.iter().map(|m| m.text.len() + 400).sum::<usize>());
-                    s.push_str(DECL);
-                    if msgs.is_empty() {
-                        s.push_str("<QueueMessagesList />");
-                    } else {
-                        s.push_str("<QueueMessagesList>");
-                        for m in msgs {
-                            s.push_str(&format!(
-                                "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
-                                m.id,
-                                rfc1123(m.inserted_ms),
-                                rfc1123(m.expires_ms),
-                                m.pop_receipt,
-                                rfc1123(m.visible_ms),
-                                m.dequeue_count,
-                                escape(&m.text)
-                            ));
-                        }
-                        s.push_str("</QueueMessagesList>");
-                    }
-                    Response::new(200).xml(s)
-                }
+                Outcome::Received(msgs) => Response::new(200).xml(xmlio::write_received(&msgs)),
                 o => return Err(unexpected(o)),
             }
         }
@@ -381,26 +364,7 @@ async fn execute(ctx: &Ctx, req: &Request, t: &Target, op: Operation) -> Result<
             )
             .await?
             {
-                Outcome::Peeked(msgs) => {
-                    let mut s = String::from(DECL);
-                    if msgs.is_empty() {
-                        s.push_str("<QueueMessagesList />");
-                    } else {
-                        s.push_str("<QueueMessagesList>");
-                        for m in msgs {
-                            s.push_str(&format!(
-                                "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
-                                m.id,
-                                rfc1123(m.inserted_ms),
-                                rfc1123(m.expires_ms),
-                                m.dequeue_count,
-                                escape(&m.text)
-                            ));
-                        }
-                        s.push_str("</QueueMessagesList>");
-                    }
-                    Response::new(200).xml(s)
-                }
+                Outcome::Peeked(msgs) => Response::new(200).xml(xmlio::write_peeked(&msgs)),
                 o => return Err(unexpected(o)),
             }
         }

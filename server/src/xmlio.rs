@@ -56,6 +56,70 @@ pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
     Some(PrimitiveDateTime::new(date, time).assume_utc())
 }
 
+/// Put Message's 201 body (§2.12).
+pub fn write_put(p: &engine::shard::PutReceipt) -> String {
+    format!(
+        "{DECL}<QueueMessagesList><QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible></QueueMessage></QueueMessagesList>",
+        p.id,
+        rfc1123(p.inserted_ms),
+        rfc1123(p.expires_ms),
+        p.pop_receipt,
+        rfc1123(p.visible_ms)
+    )
+}
+
+/// Get Messages' body (§2.13); `<QueueMessagesList />` when empty.
+pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(128 + msgs.iter().map(|m| m.text.len() + 400).sum::<usize>());
+    s.push_str(DECL);
+    if msgs.is_empty() {
+        s.push_str("<QueueMessagesList />");
+        return s;
+    }
+    s.push_str("<QueueMessagesList>");
+    for m in msgs {
+        let _ = write!(
+            s,
+            "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
+            m.id,
+            rfc1123(m.inserted_ms),
+            rfc1123(m.expires_ms),
+            m.pop_receipt,
+            rfc1123(m.visible_ms),
+            m.dequeue_count,
+            escape(&m.text)
+        );
+    }
+    s.push_str("</QueueMessagesList>");
+    s
+}
+
+/// Peek Messages' body (§2.14): no receipt, no next-visible time.
+pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(128 + msgs.iter().map(|m| m.text.len() + 300).sum::<usize>());
+    s.push_str(DECL);
+    if msgs.is_empty() {
+        s.push_str("<QueueMessagesList />");
+        return s;
+    }
+    s.push_str("<QueueMessagesList>");
+    for m in msgs {
+        let _ = write!(
+            s,
+            "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
+            m.id,
+            rfc1123(m.inserted_ms),
+            rfc1123(m.expires_ms),
+            m.dequeue_count,
+            escape(&m.text)
+        );
+    }
+    s.push_str("</QueueMessagesList>");
+    s
+}
+
 /// A tiny element tree, enough for Azure's small request documents.
 #[derive(Debug, Default, Clone)]
 pub struct Node {
