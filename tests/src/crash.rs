@@ -618,6 +618,9 @@ pub fn run(cfg: &Config) -> Summary {
         }
         meta = meta_handle.join().expect("meta worker");
         sum.cycles += 1;
+        if sum.cycles % 25 == 0 {
+            eprintln!("  {} cycles, {} facts checked, {} violations, {:.0}s", sum.cycles, sum.checked, sum.violations.len(), started.elapsed().as_secs_f64());
+        }
         for v in shared.lock().expect("not poisoned").drain(..) {
             sum.violations.push(format!("cycle {}: {v}", sum.cycles));
         }
