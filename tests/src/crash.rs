@@ -506,7 +506,8 @@ fn verify_meta(c: &mut Client, m: &mut MetaLedger, violations: &mut Vec<String>)
             Err(e) => violations.push(format!("queue {name}: {e}")),
         }
         match c.call("GET", &format!("{}?comp=acl", qpath(name)), &[], b"") {
-            Ok(r) if all_between(&r.body, "Id") == vec![acl_id.clone()] => checked += 1,
+            // `acl_id` is the comma-joined list of ids (empty: no policies).
+            Ok(r) if all_between(&r.body, "Id").join(",") == *acl_id => checked += 1,
             Ok(r) if m.pending.as_deref() == Some(name) => {
                 let _ = r;
             }
