@@ -1,9 +1,9 @@
 //! A few seconds of hematite-bench against the real server, so the load
 //! generator cannot rot: every workload runs, answers parse, nothing errors.
 
-use std::io::{BufRead, BufReader};
+use e2e::proc;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn hematite() -> PathBuf {
     // Built by the same `cargo test --workspace` (the server's own tests need it).
@@ -28,25 +28,13 @@ fn every_workload_runs_against_the_server() {
         .local_addr()
         .unwrap()
         .port();
-    let mut server = Command::new(hematite())
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--shards",
-            "1",
-            "--io-memory-kib",
-            "512",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("hematite ready"));
+    let mut server = proc::spawn_ready(proc::command(
+        &hematite(),
+        port,
+        dir.path(),
+        &["--shards", "1", "--io-memory-kib", "512"],
+    ))
+    .unwrap();
     for (workload, extra) in [
         ("put", vec![]),
         ("cycle", vec![]),
@@ -86,8 +74,5 @@ fn every_workload_runs_against_the_server() {
         assert!(json.contains("\"errors\":{}"), "{workload} had errors: {json}");
         assert!(stdout.contains("p99"), "{workload}: the human table is printed");
     }
-    unsafe {
-        libc::kill(server.id() as i32, libc::SIGTERM);
-    }
-    assert!(server.wait().unwrap().success());
+    assert!(proc::stop(&mut server).success());
 }

@@ -68,10 +68,10 @@ pub fn write_put(p: &engine::shard::PutReceipt) -> String {
     )
 }
 
-/// Get Messages' body (§2.13); `<QueueMessagesList />` when empty.
-pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(128 + msgs.iter().map(|m| m.text.len() + 400).sum::<usize>());
+/// A `QueueMessagesList`, each message written by `item`; the empty list is
+/// `<QueueMessagesList />`, which the SDKs' iterators stop on.
+fn write_list<T>(msgs: &[T], text_len: impl Fn(&T) -> usize, item: impl Fn(&mut String, &T)) -> String {
+    let mut s = String::with_capacity(128 + msgs.iter().map(|m| text_len(m) + 400).sum::<usize>());
     s.push_str(DECL);
     if msgs.is_empty() {
         s.push_str("<QueueMessagesList />");
@@ -79,7 +79,20 @@ pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
     }
     s.push_str("<QueueMessagesList>");
     for m in msgs {
-        let _ = write!(
+        item(&mut s, m);
+    }
+    s.push_str("</QueueMessagesList>");
+    s
+}
+
+/// Get Messages' body (§2.13).
+pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
+    use std::fmt::Write;
+    write_list(
+        msgs,
+        |m| m.text.len(),
+        |s, m| {
+            let _ = write!(
             s,
             "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
             m.id,
@@ -90,23 +103,18 @@ pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
             m.dequeue_count,
             escape(&m.text)
         );
-    }
-    s.push_str("</QueueMessagesList>");
-    s
+        },
+    )
 }
 
 /// Peek Messages' body (§2.14): no receipt, no next-visible time.
 pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
     use std::fmt::Write;
-    let mut s = String::with_capacity(128 + msgs.iter().map(|m| m.text.len() + 300).sum::<usize>());
-    s.push_str(DECL);
-    if msgs.is_empty() {
-        s.push_str("<QueueMessagesList />");
-        return s;
-    }
-    s.push_str("<QueueMessagesList>");
-    for m in msgs {
-        let _ = write!(
+    write_list(
+        msgs,
+        |m| m.text.len(),
+        |s, m| {
+            let _ = write!(
             s,
             "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
             m.id,
@@ -115,9 +123,8 @@ pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
             m.dequeue_count,
             escape(&m.text)
         );
-    }
-    s.push_str("</QueueMessagesList>");
-    s
+        },
+    )
 }
 
 /// A tiny element tree, enough for Azure's small request documents.

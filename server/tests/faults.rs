@@ -5,48 +5,29 @@
 //! back. Run by tools/test-all with the feature on.
 
 use client::Client;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::Child;
 
 // The signing test client of the end-to-end crate. That crate depends on
 // this one, so the module is shared by path instead; one copy of the code.
+#[path = "../../tests/src/proc.rs"]
+#[allow(dead_code)] // each test file uses part of the shared helpers
+mod proc;
+
 #[path = "../../tests/src/client.rs"]
 mod client;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start(dir: &std::path::Path, port: u16, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hematite"));
-    cmd.args([
-        "--addr",
-        &format!("127.0.0.1:{port}"),
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--shards",
-        "1",
-        "--io-memory-kib",
-        "512",
-        "--segment-mib",
-        "1",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = proc::command(
+        env!("CARGO_BIN_EXE_hematite").as_ref(),
+        port,
+        dir,
+        &["--shards", "1", "--io-memory-kib", "512", "--segment-mib", "1"],
+    );
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("hematite ready"), "{line}");
-    child
+    proc::spawn_ready(cmd).expect("hematite starts")
 }
 
 fn put(c: &mut Client, q: &str, text: &str) -> u16 {
@@ -64,7 +45,7 @@ fn put(c: &mut Client, q: &str, text: &str) -> u16 {
 #[test]
 fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = proc::free_port();
     let mut server = start(dir.path(), port, &[("HEMATITE_FAULT_SYNC_AFTER", "40".into())]);
     let mut c = Client::new(port);
     assert_eq!(c.call("PUT", "/devstoreaccount1/faultq", &[], b"").unwrap().status, 201);
@@ -91,10 +72,7 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
         )
         .unwrap();
     assert_eq!((r.status, r.code()), (500, "InternalError"));
-    unsafe {
-        libc::kill(server.id() as i32, libc::SIGKILL);
-    }
-    let _ = server.wait();
+    proc::kill9(&mut server);
     let mut err = String::new();
     server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(
@@ -127,10 +105,7 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
         acked.len()
     );
     assert_eq!(texts[..], acked[..texts.len().min(acked.len())]);
-    unsafe {
-        libc::kill(server.id() as i32, libc::SIGTERM);
-    }
-    assert!(server.wait().unwrap().success());
+    assert!(proc::stop(&mut server).success());
 }
 
 #[test]
@@ -138,7 +113,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let flag = dir.path().join("ENOSPC");
     let data = dir.path().join("data");
-    let port = free_port();
+    let port = proc::free_port();
     let mut server = start(
         &data,
         port,
@@ -167,8 +142,5 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     assert_eq!(r.status, 200);
     std::fs::remove_file(&flag).unwrap();
     assert_eq!(put(&mut c, "fullq", "after"), 201, "writes resume once space is back");
-    unsafe {
-        libc::kill(server.id() as i32, libc::SIGTERM);
-    }
-    assert!(server.wait().unwrap().success());
+    assert!(proc::stop(&mut server).success());
 }

@@ -3,13 +3,17 @@
 //! huge query strings, garbage pipelined after a good request. After each the
 //! server must answer a normal request correctly, and its memory stays bounded.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 // The signing client of the end-to-end crate, shared by path (that crate
 // depends on this one).
+#[path = "../../tests/src/proc.rs"]
+#[allow(dead_code)] // each test file uses part of the shared helpers
+mod proc;
+
 #[path = "../../tests/src/client.rs"]
 #[allow(dead_code)]
 mod client;
@@ -23,32 +27,11 @@ struct Server {
 impl Server {
     fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hematite"))
-            .args([
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-                dir.path().to_str().unwrap(),
-                "--shards",
-                "1",
-                "--io-memory-kib",
-                "512",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("hematite ready"), "{line}");
+        let port = proc::free_port();
+        let mut args = vec!["--shards", "1", "--io-memory-kib", "512"];
+        args.extend_from_slice(extra);
+        let cmd = proc::command(env!("CARGO_BIN_EXE_hematite").as_ref(), port, dir.path(), &args);
+        let child = proc::spawn_ready(cmd).expect("hematite starts");
         Server { child, port, _dir: dir }
     }
 
@@ -82,10 +65,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let status = self.child.wait().unwrap();
+        let status = proc::stop(&mut self.child);
         assert!(status.success() || std::thread::panicking(), "exit {status}");
     }
 }

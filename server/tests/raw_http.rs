@@ -8,8 +8,12 @@ use server::http::Request;
 use server::request::parse_target;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
+
+#[path = "../../tests/src/proc.rs"]
+#[allow(dead_code)] // each test file uses part of the shared helpers
+mod proc;
 
 const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
@@ -22,30 +26,14 @@ struct TestServer {
 impl TestServer {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hematite"))
-            .args([
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-                dir.path().to_str().unwrap(),
-            ])
-            .args(["--shards", "1", "--io-memory-kib", "512"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("hematite binary starts");
-        let mut line = [0u8; 256];
-        let n = child.stdout.as_mut().unwrap().read(&mut line).unwrap();
-        assert!(
-            String::from_utf8_lossy(&line[..n]).contains("hematite ready"),
-            "{}",
-            String::from_utf8_lossy(&line[..n])
+        let port = proc::free_port();
+        let cmd = proc::command(
+            env!("CARGO_BIN_EXE_hematite").as_ref(),
+            port,
+            dir.path(),
+            &["--shards", "1", "--io-memory-kib", "512"],
         );
+        let child = proc::spawn_ready(cmd).expect("hematite starts");
         TestServer { child, port, _dir: dir }
     }
 
@@ -113,10 +101,7 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let status = self.child.wait().unwrap();
+        let status = proc::stop(&mut self.child);
         assert!(
             status.success() || std::thread::panicking(),
             "hematite exited with {status}"

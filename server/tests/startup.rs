@@ -2,7 +2,11 @@
 //! never a panic) when something must change, the shard count guard, the
 //! data-directory lock, --help, and exit 0 after SIGTERM.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+
+#[path = "../../tests/src/proc.rs"]
+#[allow(dead_code)] // each test file uses part of the shared helpers
+mod proc;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hematite")
@@ -22,14 +26,6 @@ fn fails_with(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
     assert!(err.contains(needle), "expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]
@@ -58,7 +54,7 @@ fn low_memlock_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_sh(&format!(
         "ulimit -l 64 && exec \"$HEMATITE\" --addr 127.0.0.1:{} --data-dir {}",
-        free_port(),
+        proc::free_port(),
         dir.path().display()
     ));
     fails_with(&out, "ulimit -l");
@@ -86,7 +82,7 @@ fn a_directory_without_o_direct_is_explained() {
     let out = Command::new(bin())
         .args([
             "--addr",
-            &format!("127.0.0.1:{}", free_port()),
+            &format!("127.0.0.1:{}", proc::free_port()),
             "--data-dir",
             dir.path().to_str().unwrap(),
         ])
@@ -111,68 +107,43 @@ fn bad_accounts_are_refused() {
 }
 
 fn start(dir: &std::path::Path, port: u16, shards: &str) -> std::process::Child {
-    let mut child = Command::new(bin())
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.to_str().unwrap(),
-            "--shards",
-            shards,
-            "--io-memory-kib",
-            "512",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
-    assert!(line.contains("hematite ready"), "{line}");
-    child
+    proc::spawn_ready(proc::command(
+        bin().as_ref(),
+        port,
+        dir,
+        &["--shards", shards, "--io-memory-kib", "512"],
+    ))
+    .expect("hematite starts")
 }
 
 fn stop(mut child: std::process::Child) {
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    assert!(child.wait().unwrap().success(), "exit 0 after SIGTERM");
+    assert!(proc::stop(&mut child).success(), "exit 0 after SIGTERM");
 }
 
 #[test]
 fn shard_count_is_fixed_and_the_directory_is_locked() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = proc::free_port();
     let first = start(dir.path(), port, "1");
     // A second server on the same directory is refused (SO_REUSEPORT would let it bind).
-    let out = Command::new(bin())
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--shards",
-            "1",
-            "--io-memory-kib",
-            "512",
-        ])
-        .output()
-        .unwrap();
+    let out = proc::command(
+        bin().as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "1", "--io-memory-kib", "512"],
+    )
+    .output()
+    .unwrap();
     fails_with(&out, "in use by another hematite");
     stop(first);
-    let out = Command::new(bin())
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--shards",
-            "2",
-            "--io-memory-kib",
-            "512",
-        ])
-        .output()
-        .unwrap();
+    let out = proc::command(
+        bin().as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "2", "--io-memory-kib", "512"],
+    )
+    .output()
+    .unwrap();
     fails_with(&out, "--shards 1");
     // and the right count starts again
     stop(start(dir.path(), port, "1"));

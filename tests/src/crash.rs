@@ -10,9 +10,8 @@ use crate::client::{all_between, message_xml, Client};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,41 +84,14 @@ struct Server {
 
 impl Server {
     fn start(cfg: &Config, port: u16) -> Result<Server, String> {
-        let mut child = Command::new(&cfg.bin)
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(&cfg.data_dir)
-            .args(&cfg.server_args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", cfg.bin.display()))?;
-        let mut line = String::new();
-        let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
-        if !line.contains("hematite ready") {
-            let _ = child.kill();
-            let mut err = String::new();
-            let _ = std::io::Read::read_to_string(child.stderr.as_mut().expect("piped"), &mut err);
-            let _ = child.wait();
-            return Err(format!("server did not restart: {line} {err}"));
-        }
-        Ok(Server { child })
+        let extra: Vec<&str> = cfg.server_args.iter().map(String::as_str).collect();
+        crate::proc::spawn_ready(crate::proc::command(&cfg.bin, port, &cfg.data_dir, &extra))
+            .map(|child| Server { child })
     }
 
     fn kill9(mut self) {
-        // SAFETY: signalling our own child.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGKILL);
-        }
-        let _ = self.child.wait();
+        crate::proc::kill9(&mut self.child);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn qpath(q: &str) -> String {
@@ -563,7 +535,7 @@ fn verify_all(c: &mut Client, ledgers: &mut [Ledger], meta: &mut MetaLedger, v: 
 pub fn run(cfg: &Config) -> Summary {
     let mut sum = Summary::default();
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let port = free_port();
+    let port = crate::proc::free_port();
     let started = Instant::now();
     let mut ledgers: Vec<Ledger> = (0..cfg.workers)
         .map(|w| Ledger {
@@ -620,7 +592,13 @@ pub fn run(cfg: &Config) -> Summary {
         meta = meta_handle.join().expect("meta worker");
         sum.cycles += 1;
         if sum.cycles % 25 == 0 {
-            eprintln!("  {} cycles, {} facts checked, {} violations, {:.0}s", sum.cycles, sum.checked, sum.violations.len(), started.elapsed().as_secs_f64());
+            eprintln!(
+                "  {} cycles, {} facts checked, {} violations, {:.0}s",
+                sum.cycles,
+                sum.checked,
+                sum.violations.len(),
+                started.elapsed().as_secs_f64()
+            );
         }
         for v in shared.lock().expect("not poisoned").drain(..) {
             sum.violations.push(format!("cycle {}: {v}", sum.cycles));

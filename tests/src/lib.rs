@@ -2,8 +2,10 @@
 //!
 //! # Layout
 //! - [`client`]: a small blocking HTTP/1.1 client that signs with Shared Key.
+//! - [`proc`]: starting, stopping and killing the real binary.
 //! - [`crash`]: the kill -9 crash harness: concurrent load with a ledger of
 //!   acknowledged operations, SIGKILL at a random moment, restart, verify.
 
 pub mod client;
 pub mod crash;
+pub mod proc;

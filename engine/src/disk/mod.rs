@@ -45,3 +45,17 @@ pub trait DiskFile: 'static {
     /// Reserves space up to `len` bytes (the file grows; new bytes read as zero).
     async fn allocate(&self, len: u64) -> io::Result<()>;
 }
+
+/// Names of the regular files in `dir` (both real disks list this way).
+pub(crate) fn list_files(dir: &std::path::Path) -> io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            if let Some(n) = e.file_name().to_str() {
+                out.push(n.to_string());
+            }
+        }
+    }
+    Ok(out)
+}

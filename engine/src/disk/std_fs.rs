@@ -45,16 +45,7 @@ impl Disk for StdDisk {
     }
 
     async fn list(&self) -> io::Result<Vec<String>> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(&*self.dir)? {
-            let e = e?;
-            if e.file_type()?.is_file() {
-                if let Some(n) = e.file_name().to_str() {
-                    out.push(n.to_string());
-                }
-            }
-        }
-        Ok(out)
+        super::list_files(&self.dir)
     }
 
     async fn remove(&self, name: &str) -> io::Result<()> {
