@@ -69,6 +69,52 @@ fn valid_version(v: &str) -> bool {
         && v >= "2009-09-19"
 }
 
+/// Queue operations take no conditional headers (Azure answers 400
+/// `ConditionHeadersNotSupported`), and a `Content-MD5` must match the body.
+fn check_body_headers(req: &Request) -> Result<(), ApiError> {
+    for h in ["if-match", "if-none-match", "if-modified-since", "if-unmodified-since"] {
+        if req.header(h).is_some() {
+            return Err(ApiError::new(
+                400,
+                "ConditionHeadersNotSupported",
+                "Condition headers are not supported.",
+            ));
+        }
+    }
+    if let Some(md5) = req.header("content-md5") {
+        use base64::Engine;
+        use md5::{Digest, Md5};
+        let given = base64::engine::general_purpose::STANDARD
+            .decode(md5)
+            .ok()
+            .filter(|d| d.len() == 16);
+        let Some(given) = given else {
+            return Err(ApiError::new(
+                400,
+                "InvalidMd5",
+                "The MD5 value specified in the request is invalid. The MD5 value must be 128 bits and Base64-encoded.",
+            )
+            .detail("HeaderName", "Content-MD5")
+            .detail("HeaderValue", md5));
+        };
+        let actual = Md5::digest(&req.body);
+        if actual.as_slice() != given.as_slice() {
+            use base64::Engine as _;
+            return Err(ApiError::new(
+                400,
+                "Md5Mismatch",
+                "The MD5 value specified in the request did not match with the MD5 value calculated by the server.",
+            )
+            .detail("UserSpecifiedMd5", md5)
+            .detail(
+                "ServerCalculatedMd5",
+                base64::engine::general_purpose::STANDARD.encode(actual),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn int_param(t: &Target, name: &'static str) -> Result<Option<i64>, ApiError> {
     match t.param(name) {
         None => Ok(None),
@@ -171,6 +217,7 @@ async fn dispatch(ctx: &Ctx, req: &Request, peer: IpAddr, now: SystemTime) -> Re
     let who = authenticate(ctx, req, &t, account, now, peer).await?;
     let op = route(&req.method, &t)?;
     auth::authorize(&who, op)?;
+    check_body_headers(req)?;
     execute(ctx, req, &t, op).await
 }
 

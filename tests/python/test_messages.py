@@ -179,3 +179,20 @@ def test_operations_on_missing_queue(svc):
         with pytest.raises(ResourceNotFoundError) as e:
             op()
         assert code(e) == "QueueNotFound"
+
+
+def test_conditional_headers_and_content_md5(queue, raw):
+    import base64
+    import hashlib
+    path = f"/devstoreaccount1/{queue.queue_name}/messages"
+    body = b"<QueueMessage><MessageText>md5</MessageText></QueueMessage>"
+    status, headers, _ = raw.request("GET", path, "peekonly=true", {"If-Match": "*"})
+    assert (status, headers["x-ms-error-code"]) == (400, "ConditionHeadersNotSupported")
+    good = base64.b64encode(hashlib.md5(body).digest()).decode()
+    status, _, _ = raw.request("POST", path, "", {"Content-Type": "application/xml", "Content-MD5": good}, body)
+    assert status == 201
+    wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    status, headers, text = raw.request("POST", path, "", {"Content-Type": "application/xml", "Content-MD5": wrong}, body)
+    assert (status, headers["x-ms-error-code"]) == (400, "Md5Mismatch") and "<ServerCalculatedMd5>" in text
+    status, headers, _ = raw.request("POST", path, "", {"Content-Type": "application/xml", "Content-MD5": "short"}, body)
+    assert (status, headers["x-ms-error-code"]) == (400, "InvalidMd5")
