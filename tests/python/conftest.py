@@ -104,7 +104,8 @@ class Raw:
             length = ""
         lines = [method, lower.get("content-encoding", ""), lower.get("content-language", ""), length,
                  lower.get("content-md5", ""), lower.get("content-type", ""), "" if "x-ms-date" in lower else lower.get("date", ""),
-                 "", "", "", "", ""]
+                 lower.get("if-modified-since", ""), lower.get("if-match", ""), lower.get("if-none-match", ""),
+                 lower.get("if-unmodified-since", ""), lower.get("range", "")]
         ms = sorted((k, v.strip()) for k, v in lower.items() if k.startswith("x-ms-"))
         canon_headers = "".join(f"{k}:{v}\n" for k, v in ms)
         resource = f"/{self.account}{path}"
