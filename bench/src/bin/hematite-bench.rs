@@ -92,6 +92,10 @@ struct Args {
     /// Messages put into each queue before the run.
     #[arg(long, default_value_t = 0)]
     prefill: usize,
+    /// drain: after each delete, put a replacement (not measured), so the
+    /// queue keeps its depth (e.g. "get + delete on a queue of 10,000").
+    #[arg(long)]
+    refill: bool,
     /// Client threads (one glommio executor each).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -492,6 +496,14 @@ async fn connection(
                     note("delete", t, &d, 204);
                     if d.is_err() {
                         return;
+                    }
+                    if args.refill && args.workload == Workload::Drain {
+                        let refill = conn
+                            .call("POST", &format!("{qpath}/messages?messagettl=-1"), &body)
+                            .await;
+                        if refill.is_err() {
+                            return;
+                        }
                     }
                 }
                 if args.workload == Workload::Cycle && !ids.is_empty() && measuring {
