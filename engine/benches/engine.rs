@@ -96,14 +96,16 @@ fn group_commit(c: &mut Criterion) {
                 || {
                     let disk = SimDisk::new();
                     let mut cfg = ShardConfig::new(0);
-                    cfg.segment_bytes = 64 << 20;
+                    cfg.segment_bytes = 4 << 20;
                     let s = block_on(Shard::open(disk, cfg, Rc::new(ManualClock::new(1)))).unwrap();
                     block_on(s.create_queue("acct", "bench", Metadata::default())).unwrap();
                     s
                 },
                 |s| {
                     let puts = (0..writers).map(|_| s.put_message("acct", "bench", "x".repeat(1024), None, None));
-                    block_on(futures::future::join_all(puts))
+                    block_on(futures::future::join_all(puts));
+                    // Returned, so the shard (and its simulated disk) is dropped outside the timing.
+                    s
                 },
                 BatchSize::SmallInput,
             )
