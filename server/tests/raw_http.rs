@@ -3,19 +3,18 @@
 //! bodies, HEAD, and malformed or oversized requests. After every bad
 //! request the server must still answer a good one.
 
-use server::auth::{shared_key_strings, signature};
-use server::http::Request;
-use server::request::parse_target;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Child;
 use std::time::Duration;
 
+#[path = "../../tests/src/client.rs"]
+#[allow(dead_code)]
+mod client;
+
 #[path = "../../tests/src/proc.rs"]
 #[allow(dead_code)] // each test file uses part of the shared helpers
 mod proc;
-
-const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 struct TestServer {
     child: Child,
@@ -54,36 +53,7 @@ impl TestServer {
 
     /// A signed request's bytes.
     fn signed(&self, method: &str, target: &str, extra: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
-        let mut headers: Vec<(String, String)> = vec![
-            ("Host".into(), format!("127.0.0.1:{}", self.port)),
-            ("x-ms-date".into(), date),
-            ("x-ms-version".into(), "2026-10-06".into()),
-        ];
-        for (k, v) in extra {
-            headers.push((k.to_string(), v.to_string()));
-        }
-        if !body.is_empty() && !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding")) {
-            headers.push(("Content-Length".into(), body.len().to_string()));
-        }
-        let req = Request {
-            method: method.into(),
-            target: target.into(),
-            http10: false,
-            headers: headers.clone(),
-            body: vec![],
-        };
-        let t = parse_target(&req).unwrap();
-        let key = base64_decode(KEY);
-        let sig = signature(&key, &shared_key_strings(&req, "devstoreaccount1", &t)[0]);
-        let mut out = format!("{method} {target} HTTP/1.1\r\n");
-        for (k, v) in headers {
-            out.push_str(&format!("{k}: {v}\r\n"));
-        }
-        out.push_str(&format!("Authorization: SharedKey devstoreaccount1:{sig}\r\n\r\n"));
-        let mut bytes = out.into_bytes();
-        bytes.extend_from_slice(body);
-        bytes
+        client::signed_request(self.port, &base64_decode(client::KEY), method, target, extra, body).unwrap()
     }
 
     /// The server still serves a normal, signed request correctly.

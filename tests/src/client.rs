@@ -38,6 +38,50 @@ pub struct Client {
     buf: Vec<u8>,
 }
 
+/// The bytes of one request signed with Shared Key for the development
+/// account: `Host`, `x-ms-date`, `x-ms-version`, the extra headers, and a
+/// `Content-Length` unless the extra headers choose chunked encoding.
+pub fn signed_request(
+    port: u16,
+    key: &[u8],
+    method: &str,
+    target: &str,
+    extra: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<Vec<u8>> {
+    let mut headers: Vec<(String, String)> = vec![
+        ("Host".into(), format!("127.0.0.1:{port}")),
+        (
+            "x-ms-date".into(),
+            httpdate::fmt_http_date(std::time::SystemTime::now()),
+        ),
+        ("x-ms-version".into(), "2026-10-06".into()),
+    ];
+    for (k, v) in extra {
+        headers.push((k.to_string(), v.to_string()));
+    }
+    if !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding")) {
+        headers.push(("Content-Length".into(), body.len().to_string()));
+    }
+    let req = Request {
+        method: method.into(),
+        target: target.into(),
+        http10: false,
+        headers: headers.clone(),
+        body: vec![],
+    };
+    let t = parse_target(&req).map_err(|e| io::Error::other(e.message))?;
+    let sig = signature(key, &shared_key_strings(&req, ACCOUNT, &t)[0]);
+    let mut out = format!("{method} {target} HTTP/1.1\r\n");
+    for (k, v) in &headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!("Authorization: SharedKey {ACCOUNT}:{sig}\r\n\r\n"));
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(body);
+    Ok(bytes)
+}
+
 impl Client {
     pub fn new(port: u16) -> Self {
         Client {
@@ -51,34 +95,7 @@ impl Client {
     /// Sends one signed request on a kept-alive connection. Any I/O error
     /// means the outcome is unknown (the server may have applied it).
     pub fn call(&mut self, method: &str, target: &str, extra: &[(&str, &str)], body: &[u8]) -> io::Result<Reply> {
-        let mut headers: Vec<(String, String)> = vec![
-            ("Host".into(), format!("127.0.0.1:{}", self.port)),
-            (
-                "x-ms-date".into(),
-                httpdate::fmt_http_date(std::time::SystemTime::now()),
-            ),
-            ("x-ms-version".into(), "2026-10-06".into()),
-        ];
-        for (k, v) in extra {
-            headers.push((k.to_string(), v.to_string()));
-        }
-        headers.push(("Content-Length".into(), body.len().to_string()));
-        let req = Request {
-            method: method.into(),
-            target: target.into(),
-            http10: false,
-            headers: headers.clone(),
-            body: vec![],
-        };
-        let t = parse_target(&req).map_err(|e| io::Error::other(e.message))?;
-        let sig = signature(&self.key, &shared_key_strings(&req, ACCOUNT, &t)[0]);
-        let mut out = format!("{method} {target} HTTP/1.1\r\n");
-        for (k, v) in &headers {
-            out.push_str(&format!("{k}: {v}\r\n"));
-        }
-        out.push_str(&format!("Authorization: SharedKey {ACCOUNT}:{sig}\r\n\r\n"));
-        let mut bytes = out.into_bytes();
-        bytes.extend_from_slice(body);
+        let bytes = signed_request(self.port, &self.key, method, target, extra, body)?;
         if self.conn.is_none() {
             let s = TcpStream::connect(("127.0.0.1", self.port))?;
             s.set_read_timeout(Some(Duration::from_secs(30)))?;
