@@ -31,6 +31,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         return Err(format!("--shards {n}: must be between 1 and 256"));
     }
     let accounts = crate::config::accounts(&cfg.accounts)?;
+    startup::raise_open_file_limit();
     startup::check_io_uring()?;
     startup::check_memlock(n, cfg.io_memory_kib)?;
     startup::check_o_direct(&cfg.data_dir)?;

@@ -148,3 +148,22 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
     }
     Ok(f)
 }
+
+/// Raises the open-file soft limit to the hard limit: every connection is a
+/// descriptor, and the default soft limit (often 1024) is below
+/// `--max-connections-per-core` on any multi-core machine.
+pub fn raise_open_file_limit() {
+    // SAFETY: get/setrlimit on plain structs.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                tracing::warn!(
+                    "could not raise the open-file limit: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}
