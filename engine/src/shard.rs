@@ -15,7 +15,7 @@
 
 use crate::body_cache::BodyCache;
 use crate::clock::Clock;
-use crate::disk::{Disk, DiskFile};
+use crate::disk::Disk;
 use crate::error::{QueueError, StorageError};
 use crate::limits::*;
 use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, SignedIdentifier};
@@ -726,7 +726,7 @@ impl<D: Disk> Shard<D> {
                 for e in &entries {
                     q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
                     let m = q.get(e.seq).expect("message exists").clone();
-                    out.push((m, self.body_source(wal, e.seq, q)));
+                    out.push((m, self.body_source(e.seq, q)));
                 }
                 st.next_id += entries.len() as u64;
                 Ok((out, pos.lsn))
@@ -753,12 +753,18 @@ impl<D: Disk> Shard<D> {
         Ok(out)
     }
 
-    fn body_source(&self, wal: &Wal<D>, seq: u64, q: &Queue) -> BodySource<D::File> {
-        let loc = q.get(seq).expect("message exists").body;
+    /// Where to get the body at `loc`: the cache, or its segment's file
+    /// (`None` if the segment is gone).
+    fn source_of(&self, loc: BodyLoc) -> Option<BodySource<D::File>> {
         match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
-            Some(b) => BodySource::Cached(b),
-            None => BodySource::Disk(wal.segment_file(loc.seg).expect("a live message's segment exists"), loc),
+            Some(b) => Some(BodySource::Cached(b)),
+            None => self.wal.segment_file(loc.seg).map(|f| BodySource::Disk(f, loc)),
         }
+    }
+
+    fn body_source(&self, seq: u64, q: &Queue) -> BodySource<D::File> {
+        self.source_of(q.get(seq).expect("message exists").body)
+            .expect("a live message's segment exists")
     }
 
     /// Loads several bodies with their disk reads in flight together: a Get
@@ -771,17 +777,7 @@ impl<D: Disk> Shard<D> {
         let bytes = match src {
             BodySource::Cached(b) => b,
             BodySource::Disk(file, loc) => {
-                let data = file
-                    .read_at(loc.offset, loc.len as usize)
-                    .await
-                    .map_err(|e| QueueError::Internal {
-                        reason: format!("reading a message body from segment {}: {e}", loc.seg),
-                    })?;
-                if data.len() != loc.len as usize {
-                    return Err(QueueError::Internal {
-                        reason: format!("short read of a message body in segment {}", loc.seg),
-                    });
-                }
+                let data = self.wal.read_from(&file, loc.seg, loc.offset, loc.len as usize).await?;
                 let b: Rc<[u8]> = Rc::from(data);
                 self.cache.borrow_mut().insert((loc.seg, loc.offset), b.clone());
                 b
@@ -805,7 +801,7 @@ impl<D: Disk> Shard<D> {
                     .map(|seq| {
                         (
                             q.get(seq).expect("visible message exists").clone(),
-                            self.body_source(&self.wal, seq, q),
+                            self.body_source(seq, q),
                         )
                     })
                     .collect::<Vec<_>>()
@@ -1030,13 +1026,7 @@ impl<D: Disk> Shard<D> {
                 .collect()
         };
         for (qid, seq, loc) in msgs {
-            let src = match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
-                Some(b) => BodySource::Cached(b),
-                None => match self.wal.segment_file(loc.seg) {
-                    Some(f) => BodySource::Disk(f, loc),
-                    None => continue,
-                },
-            };
+            let Some(src) = self.source_of(loc) else { continue };
             let body = match src {
                 BodySource::Cached(b) => b.to_vec(),
                 BodySource::Disk(f, loc) => self.wal.read_from(&f, loc.seg, loc.offset, loc.len as usize).await?,
@@ -1087,10 +1077,7 @@ impl<D: Disk> Shard<D> {
             for q in st.queues.values() {
                 let mut msgs: Vec<Message> = q.messages().cloned().collect();
                 msgs.sort_by_key(|m| (m.visible_ms, m.seq));
-                let srcs = msgs
-                    .iter()
-                    .map(|m| self.body_source(&self.wal, m.seq, q))
-                    .collect::<Vec<_>>();
+                let srcs = msgs.iter().map(|m| self.body_source(m.seq, q)).collect::<Vec<_>>();
                 pending.push((
                     (q.account.clone(), q.name.clone()),
                     q.metadata.clone(),
