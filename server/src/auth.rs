@@ -2,6 +2,14 @@
 //! Shared Key Lite, service SAS (with stored access policies) and account
 //! SAS. Runs on the core that accepted the connection; no request is served
 //! on a signature that does not verify.
+// Input from the network flows through here: no unchecked arithmetic,
+// indexing or panicking unwraps (docs/SECURITY.md).
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use crate::error::ApiError;
 use crate::http::Request;
@@ -13,7 +21,7 @@ use engine::model::SignedIdentifier;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 use time::OffsetDateTime;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -40,6 +48,10 @@ pub enum Principal {
     },
 }
 
+// HMAC takes keys of any length (longer ones are hashed first, RFC 2104
+// §2), so this cannot fail; the API is fallible only for MACs with fixed
+// key sizes.
+#[allow(clippy::expect_used)]
 fn sign(key: &[u8], msg: &str) -> HmacSha256 {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
     mac.update(msg.as_bytes());
@@ -63,9 +75,10 @@ fn culture_key(name: &str) -> Vec<u8> {
     name.bytes()
         .filter_map(|b| match b {
             b'_' => Some(0),
-            b'0'..=b'9' => Some(1 + b - b'0'),
-            b'a'..=b'z' => Some(11 + b - b'a'),
-            b'A'..=b'Z' => Some(11 + b - b'A'),
+            // In range by the match arm: at most 36.
+            b'0'..=b'9' => Some(b.wrapping_sub(b'0').wrapping_add(1)),
+            b'a'..=b'z' => Some(b.wrapping_sub(b'a').wrapping_add(11)),
+            b'A'..=b'Z' => Some(b.wrapping_sub(b'A').wrapping_add(11)),
             _ => None,
         })
         .collect()
@@ -191,10 +204,10 @@ fn check_date(req: &Request, now: SystemTime) -> Result<(), ApiError> {
     let t = httpdate::parse_http_date(raw)
         .map_err(|_| ApiError::auth_failed(format!("Request date header '{raw}' is not a valid RFC 1123 date.")))?;
     let skew = crate::limits::MAX_CLOCK_SKEW;
-    if t + skew < now {
+    if t.checked_add(skew).is_none_or(|latest| latest < now) {
         return Err(ApiError::auth_failed(format!("Request date header too old: '{raw}'")));
     }
-    if t > now + skew {
+    if now.checked_add(skew).is_none_or(|limit| t > limit) {
         return Err(ApiError::auth_failed(format!(
             "Request date header too far in the future: '{raw}'"
         )));
@@ -237,7 +250,9 @@ pub fn parse_authorization(v: &str) -> Result<Scheme<'_>, ApiError> {
 
 /// Verifies an `Authorization` header.
 pub fn shared_key(req: &Request, account: &Account, t: &Target, now: SystemTime) -> Result<Principal, ApiError> {
-    let header = req.header("authorization").expect("caller checked");
+    let header = req
+        .header("authorization")
+        .ok_or_else(|| ApiError::auth_failed("No Authorization header."))?;
     let (lite, acct, sig) = match parse_authorization(header)? {
         Scheme::Bearer => return Err(ApiError::auth_failed("Authentication scheme Bearer is not supported.")),
         Scheme::SharedKey(a, s) => (false, a, s),
@@ -260,7 +275,7 @@ pub fn shared_key(req: &Request, account: &Account, t: &Target, now: SystemTime)
     }
     Err(ApiError::auth_failed(format!(
         "The MAC signature found in the HTTP request '{sig}' is not the same as any computed signature. Server used following string to sign: '{}'.",
-        candidates[0]
+        candidates.first().map(String::as_str).unwrap_or_default()
     )))
 }
 
@@ -326,7 +341,10 @@ fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiEr
         _ => None,
     };
     // A little skew on the start, as the service allows.
-    let started = start.is_none_or(|s| s <= now + Duration::from_secs(300));
+    let started = start.is_none_or(|s| {
+        now.checked_add(time::Duration::seconds(300))
+            .is_none_or(|late| s <= late)
+    });
     if !started || now >= expiry {
         return Err(ApiError::auth_failed(format!(
             "Signature not valid in the specified time frame: Start [{}] - Expiry [{se}] - Current [{}]",
@@ -351,6 +369,29 @@ fn common_sas_checks(sas: &Sas, peer: IpAddr) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Permission letters a service SAS for a queue may carry (Microsoft's
+/// "Create a service SAS": read, add, update, process).
+const SERVICE_SAS_LETTERS: &str = "raup";
+/// Permission letters an account SAS may carry (Microsoft's "Create an
+/// account SAS"); letters for other services are allowed but grant nothing here.
+const ACCOUNT_SAS_LETTERS: &str = "rwdxylacuptfi";
+
+/// Refuses an `sp` with a letter outside `allowed` or any letter twice, as
+/// the service does ("Signature fields not well formed"): a permission
+/// string has one meaning only.
+fn check_permissions(sp: &str, allowed: &str) -> Result<(), ApiError> {
+    let mut seen = String::new();
+    for c in sp.chars() {
+        if !allowed.contains(c) || seen.contains(c) {
+            return Err(ApiError::auth_failed(format!(
+                "Signature fields not well formed: sp '{sp}' may contain each of '{allowed}' at most once."
+            )));
+        }
+        seen.push(c);
+    }
+    Ok(())
+}
+
 /// Verifies an account SAS (§5.6). Authorization happens in [`authorize`].
 pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) -> Result<Principal, ApiError> {
     let sv = sas
@@ -365,6 +406,7 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) 
         .sp
         .as_deref()
         .ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
+    check_permissions(sp, ACCOUNT_SAS_LETTERS)?;
     let mut sts = format!(
         "{}\n{sp}\n{}\n{}\n{}\n{se}\n{}\n{}\n{sv}\n",
         account.name,
@@ -392,16 +434,10 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) 
     })
 }
 
-/// Verifies a service SAS for `queue` (§5.5, §5.7). `policy` is the stored
-/// access policy named by `si`, looked up by the caller on the queue's core.
-pub fn service_sas(
-    sas: &Sas,
-    account: &Account,
-    queue: &str,
-    policy: Option<&SignedIdentifier>,
-    now: SystemTime,
-    peer: IpAddr,
-) -> Result<Principal, ApiError> {
+/// Verifies a service SAS's signature for `queue` (§5.5). Runs before the
+/// stored policy is fetched: an unsigned request must not cost a trip to
+/// another core.
+pub fn verify_service_sas(sas: &Sas, account: &Account, queue: &str) -> Result<(), ApiError> {
     let sv = sas
         .sv
         .as_deref()
@@ -416,11 +452,26 @@ pub fn service_sas(
         opt(&sas.sip),
         opt(&sas.spr)
     );
+    if let Some(sp) = &sas.sp {
+        check_permissions(sp, SERVICE_SAS_LETTERS)?;
+    }
     if !verifies(&account.keys, &sts, opt(&sas.sig)) {
         return Err(ApiError::auth_failed(format!(
             "Signature did not match. String to sign used was {sts}"
         )));
     }
+    Ok(())
+}
+
+/// What a verified service SAS grants (§5.7): its fields merged with the
+/// stored policy named by `si`, which the caller looked up on the queue's
+/// core after [`verify_service_sas`] passed.
+pub fn service_sas_grant(
+    sas: &Sas,
+    policy: Option<&SignedIdentifier>,
+    now: SystemTime,
+    peer: IpAddr,
+) -> Result<Principal, ApiError> {
     // Merge with the stored policy: each field from exactly one side.
     let (mut sp, mut st, mut se) = (sas.sp.clone(), sas.st.clone(), sas.se.clone());
     if let Some(id) = &sas.si {
@@ -454,9 +505,24 @@ pub fn service_sas(
     }
     let se = se.ok_or_else(|| ApiError::auth_failed("se is mandatory. Cannot be empty"))?;
     let sp = sp.ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
+    check_permissions(&sp, SERVICE_SAS_LETTERS)?;
     check_window(st.as_deref(), &se, now)?;
     common_sas_checks(sas, peer)?;
     Ok(Principal::ServiceSas { permissions: sp })
+}
+
+/// [`verify_service_sas`] then [`service_sas_grant`], for callers that
+/// already hold the policy.
+pub fn service_sas(
+    sas: &Sas,
+    account: &Account,
+    queue: &str,
+    policy: Option<&SignedIdentifier>,
+    now: SystemTime,
+    peer: IpAddr,
+) -> Result<Principal, ApiError> {
+    verify_service_sas(sas, account, queue)?;
+    service_sas_grant(sas, policy, now, peer)
 }
 
 /// May `who` run `op`? (§5.5, §5.6)
@@ -515,6 +581,12 @@ pub fn authorize(who: &Principal, op: Operation) -> Result<(), ApiError> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod tests {
     use super::*;
     use crate::request::parse_target;
@@ -551,7 +623,7 @@ mod tests {
                 ("x-ms-client-request-id", "806160dc-e661-11f1-926c-02fc00000001"),
             ],
         );
-        let t = parse_target(&r).unwrap();
+        let t = parse_target(&r, &crate::request::Addressing::default()).unwrap();
         let sts = &shared_key_strings(&r, "devstoreaccount1", &t)[0];
         assert_eq!(
             sts,
@@ -568,7 +640,7 @@ mod tests {
             "/devstoreaccount1/q1",
             &[("x-ms-date", &date), ("x-ms-version", "2026-10-06")],
         );
-        let t = parse_target(&r).unwrap();
+        let t = parse_target(&r, &crate::request::Addressing::default()).unwrap();
         let sig = signature(&acct().keys[0], &shared_key_strings(&r, "devstoreaccount1", &t)[0]);
         r.headers
             .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
@@ -578,7 +650,7 @@ mod tests {
         assert_eq!((e.status, e.code), (403, "AuthenticationFailed"));
         assert!(e.details[0].1.contains("string to sign"));
         // 16 minutes of skew is refused
-        let e = shared_key(&r, &acct(), &t, now + Duration::from_secs(16 * 60)).unwrap_err();
+        let e = shared_key(&r, &acct(), &t, now + std::time::Duration::from_secs(16 * 60)).unwrap_err();
         assert!(e.details[0].1.contains("too old"));
     }
 

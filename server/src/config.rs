@@ -77,6 +77,12 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_QUARANTINE_CORRUPT_SEGMENTS")]
     pub quarantine_corrupt_segments: bool,
 
+    /// Host suffixes for host-style addressing (`{account}.{suffix}`),
+    /// comma-separated. Any other Host is path-style (`/{account}/…`), so
+    /// IP literals, `localhost` and plain names always work.
+    #[arg(long = "host-suffix", env = "HEMATITE_HOST_SUFFIXES", value_delimiter = ',', default_value = crate::request::DEFAULT_HOST_SUFFIX)]
+    pub host_suffixes: Vec<String>,
+
     /// Answer stale pop receipts like Azurite (400 PopReceiptMismatch)
     /// instead of like Azure (404 MessageNotFound).
     #[arg(long, env = "HEMATITE_AZURITE_RECEIPT_ERRORS")]

@@ -114,17 +114,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     count: Rc<ConnCount>,
     reaper: Rc<Reaper>,
 ) {
-    count.0.set(count.0.get() + 1);
+    count.0.set(count.0.get().saturating_add(1));
     let _held = Held(count.clone());
-    let (watch_id, watch) = reaper.register(fd);
-    struct Unwatch(Rc<Reaper>, u64);
-    impl Drop for Unwatch {
-        fn drop(&mut self) {
-            self.0.unregister(self.1);
-        }
-    }
-    let _unwatch = Unwatch(reaper, watch_id);
     let mut r = Reader::new(stream);
+    // Declared after the reader, so it is dropped first: the reaper must
+    // forget this fd before the socket closes, or it could shut down the
+    // next connection that reuses the number.
+    let (watch_id, watch) = reaper.register(fd);
+    let unwatch = Unwatch(reaper, watch_id);
     let mut out = Vec::with_capacity(4096);
     if count.get() > ctx.limits.max_connections {
         let e = ApiError::new(
@@ -134,7 +131,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         );
         e.response(&uuid::Uuid::new_v4().to_string(), "")
             .encode(&mut out, false, true);
-        let _ = r.stream.write_all(&out).await;
+        let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
+        drop(unwatch);
+        let _ = r.stream.close().await;
         return;
     }
     loop {
@@ -171,16 +170,49 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         if !keep {
             break;
         }
-        // Pipelined requests already here: answer them in one write.
-        if !r.has_next_head() {
-            if r.stream.write_all(&out).await.is_err() {
+        // Pipelined requests already here are answered in one write, but
+        // only up to a bound: a client that sends without reading must not
+        // make us queue its answers without limit. Until the bytes are
+        // taken, no further request is read.
+        if !r.has_next_head() || out.len() >= MAX_PENDING_RESPONSE_BYTES {
+            if write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out)
+                .await
+                .is_err()
+            {
+                drop(unwatch);
                 return;
             }
             out.clear();
+            if out.capacity() > MAX_PENDING_RESPONSE_BYTES {
+                out = Vec::with_capacity(4096);
+            }
         }
     }
     if !out.is_empty() {
-        let _ = r.stream.write_all(&out).await;
+        let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
     }
+    drop(unwatch);
     let _ = r.stream.close().await;
+}
+
+struct Unwatch(Rc<Reaper>, u64);
+impl Drop for Unwatch {
+    fn drop(&mut self) {
+        self.0.unregister(self.1);
+    }
+}
+
+/// Writes `bytes` with a deadline: a peer that stops reading is cut off by
+/// the reaper (its shutdown fails the blocked write), so neither the
+/// connection slot nor the queued response is held forever.
+async fn write_before<W: AsyncWrite + Unpin>(
+    watch: &Watch,
+    limit: std::time::Duration,
+    stream: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    watch.deadline.set(Some(Instant::now() + limit));
+    let result = stream.write_all(bytes).await;
+    watch.deadline.set(None);
+    result
 }

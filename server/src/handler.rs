@@ -6,7 +6,7 @@
 use crate::auth::{self, Account, Principal, Sas};
 use crate::error::ApiError;
 use crate::http::{Request, Response};
-use crate::request::{parse_target, route, Operation, Target};
+use crate::request::{parse_target, route, Addressing, Operation, Target};
 use crate::service::ServiceProperties;
 use crate::shards::{Command, Outcome, Router};
 use crate::xmlio::{self, escape, iso8601_7, rfc1123, DECL};
@@ -27,10 +27,17 @@ pub struct Ctx {
     pub router: Router,
     pub accounts: Rc<HashMap<String, Account>>,
     pub limits: crate::limits::ConnLimits,
+    pub addressing: Addressing,
 }
 
 /// Handles one request; never fails (errors become Azure error responses).
 pub async fn handle(ctx: &Ctx, req: &Request, peer: IpAddr) -> Response {
+    // Test builds only: lets the suite prove that a panicking shard stops
+    // the whole process (docs/decisions/0004-a-dead-shard-stops-the-process.md).
+    #[cfg(feature = "fault-injection")]
+    if req.header("x-hematite-fault") == Some("panic") {
+        panic!("x-hematite-fault: panic (fault-injection build)");
+    }
     let request_id = uuid::Uuid::new_v4().to_string();
     let now = SystemTime::now();
     let version = req.header("x-ms-version").unwrap_or(DEFAULT_VERSION).to_string();
@@ -176,6 +183,7 @@ async fn authenticate(
         return auth::account_sas(&sas, account, now, peer);
     }
     let queue = t.queue.as_deref().unwrap_or("");
+    auth::verify_service_sas(&sas, account, queue)?;
     let policy = match (&sas.si, queue.is_empty()) {
         (Some(id), false) => {
             let owner = ctx.router.owner_of(&account.name, queue);
@@ -196,7 +204,7 @@ async fn authenticate(
         }
         _ => None,
     };
-    let who = auth::service_sas(&sas, account, queue, policy.as_ref(), now, peer)?;
+    let who = auth::service_sas_grant(&sas, policy.as_ref(), now, peer)?;
     if queue.is_empty() {
         return Err(ApiError::authorization("AuthorizationFailure"));
     }
@@ -204,7 +212,7 @@ async fn authenticate(
 }
 
 async fn dispatch(ctx: &Ctx, req: &Request, peer: IpAddr, now: SystemTime) -> Result<Response, ApiError> {
-    let t = parse_target(req)?;
+    let t = parse_target(req, &ctx.addressing)?;
     if let Some(v) = req.header("x-ms-version") {
         if !valid_version(v) {
             return Err(ApiError::invalid_header("x-ms-version", v));
@@ -627,7 +635,7 @@ fn header_allowed(allowed: &str, h: &str) -> bool {
 
 /// Preflight (§2.5): no authentication, the resource need not exist.
 async fn preflight(ctx: &Ctx, req: &Request) -> Result<Response, ApiError> {
-    let t = parse_target(req)?;
+    let t = parse_target(req, &ctx.addressing)?;
     let origin = req
         .header("origin")
         .ok_or_else(|| ApiError::invalid_header("Origin", ""))?;
@@ -656,11 +664,19 @@ async fn preflight(ctx: &Ctx, req: &Request) -> Result<Response, ApiError> {
                 .all(|h| header_allowed(&r.allowed_headers, h))
     });
     let rule = rule.ok_or_else(fail)?;
+    // As on ordinary requests: a `*` rule answers `*` and never allows
+    // credentials (a browser must not send cookies to any origin's page);
+    // a listed origin is echoed, with credentials and `Vary: Origin`.
+    let star = rule.allowed_origins.trim() == "*";
     let mut r = Response::new(200)
-        .header("Access-Control-Allow-Origin", origin)
+        .header("Access-Control-Allow-Origin", if star { "*" } else { origin })
         .header("Access-Control-Allow-Methods", method)
-        .header("Access-Control-Max-Age", rule.max_age.to_string())
-        .header("Access-Control-Allow-Credentials", "true");
+        .header("Access-Control-Max-Age", rule.max_age.to_string());
+    if !star {
+        r = r
+            .header("Access-Control-Allow-Credentials", "true")
+            .header("Vary", "Origin");
+    }
     if !headers.is_empty() {
         r = r.header("Access-Control-Allow-Headers", headers);
     }
@@ -669,7 +685,9 @@ async fn preflight(ctx: &Ctx, req: &Request) -> Result<Response, ApiError> {
 
 /// CORS headers on a normal response (§2.5).
 async fn cors_headers(ctx: &Ctx, req: &Request, origin: &str, resp: &mut Response) {
-    let Ok(t) = parse_target(req) else { return };
+    let Ok(t) = parse_target(req, &ctx.addressing) else {
+        return;
+    };
     if !ctx.accounts.contains_key(&t.account) {
         return;
     }

@@ -1,6 +1,16 @@
 //! Our HTTP/1.1 layer on `httparse`: request framing (Content-Length and
 //! chunked bodies, `Expect: 100-continue`), keep-alive and pipelining, and
 //! response encoding. A connection lives on the core that accepted it.
+//!
+//! Every number and length here comes from the network, so the module
+//! denies unchecked arithmetic, indexing and panicking unwraps: a hostile
+//! request may be refused, never crash a core.
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -128,6 +138,9 @@ enum Body {
 /// A connection's read side: a buffer and the stream it refills from.
 /// Bytes `start..end` of `buf` are received and not yet consumed. The buffer
 /// is zeroed once and reused, so refilling it costs no memset.
+///
+/// Invariant: `start <= end <= buf.len()`. Every index below goes through
+/// [`Reader::pending`] and [`Reader::consume`], which keep it.
 pub struct Reader<S> {
     pub stream: S,
     buf: Vec<u8>,
@@ -147,23 +160,57 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
 
     /// Bytes already received but not yet consumed (pipelined requests).
     pub fn buffered(&self) -> usize {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
+    }
+
+    /// The received, unconsumed bytes.
+    fn pending(&self) -> &[u8] {
+        self.buf.get(self.start..self.end).unwrap_or_default()
+    }
+
+    /// Marks `n` pending bytes as consumed (never more than are pending).
+    fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.buffered(), "consuming bytes that never arrived");
+        self.start = self.start.saturating_add(n).min(self.end);
+    }
+
+    /// The buffer's current capacity (for tests of the shrink rule).
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
     }
 
     /// Whether the buffer already holds the whole head of another request, so
     /// its response can be batched with the ones before it.
     pub fn has_next_head(&self) -> bool {
-        self.buf[self.start..self.end].windows(4).any(|w| w == b"\r\n\r\n")
+        self.pending().windows(4).any(|w| w == b"\r\n\r\n")
     }
 
     /// Waits for the first bytes of the next request, if none are buffered.
     /// Ok(false): the peer closed. Lets the caller time idleness separately
     /// from a request's arrival.
     pub async fn wait_for_request(&mut self) -> io::Result<bool> {
+        self.shrink();
         if self.buffered() > 0 {
             return Ok(true);
         }
         self.fill().await
+    }
+
+    /// Gives back a buffer that one large request grew, once what is left
+    /// fits the normal size: an idle connection holds `READ_CHUNK` bytes, not
+    /// the largest body it ever sent.
+    fn shrink(&mut self) {
+        if self.buf.len() <= MAX_IDLE_READ_BUFFER || self.buffered() > READ_CHUNK {
+            return;
+        }
+        let mut small = vec![0; READ_CHUNK];
+        let n = self.buffered();
+        if let Some(dst) = small.get_mut(..n) {
+            dst.copy_from_slice(self.pending());
+        }
+        self.buf = small;
+        self.start = 0;
+        self.end = n;
     }
 
     /// Reads more bytes. Ok(false) on a clean EOF.
@@ -175,16 +222,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         if self.end == self.buf.len() {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
+                self.end = self.buffered();
                 self.start = 0;
             } else {
-                // A request larger than the buffer: grow (bounded by the head and body limits).
-                let len = self.buf.len();
-                self.buf.resize(len * 2, 0);
+                // A request larger than the buffer: grow. The callers bound
+                // what they wait for by the head and body limits, so this
+                // stops near 2 × (MAX_HEAD_BYTES + MAX_BODY_BYTES).
+                let len = self.buf.len().saturating_mul(2);
+                self.buf.resize(len, 0);
             }
         }
-        let n = self.stream.read(&mut self.buf[self.end..]).await?;
-        self.end += n;
+        let free = self.buf.get_mut(self.end..).unwrap_or_default();
+        let n = self.stream.read(free).await?;
+        self.end = self.end.saturating_add(n).min(self.buf.len());
         Ok(n > 0)
     }
 
@@ -194,7 +244,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         let (req, head_len) = loop {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut parsed = httparse::Request::new(&mut headers);
-            match parsed.parse(&self.buf[self.start..self.end]) {
+            match parsed.parse(self.pending()) {
                 Ok(httparse::Status::Complete(n)) => {
                     let req = Request {
                         method: parsed.method.unwrap_or("").to_string(),
@@ -226,8 +276,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         if head_len > MAX_HEAD_BYTES {
             return Err((FrameError::HeadTooLarge, false));
         }
-        self.start += head_len;
+        self.consume(head_len);
         let mut req = req;
+        check_host(&req).map_err(|e| (e, false))?;
         let body = framing(&req).map_err(|e| (e, false))?;
         let expects_continue = req
             .header("expect")
@@ -247,8 +298,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                         return Err((FrameError::Incomplete, true));
                     }
                 }
-                req.body = self.buf[self.start..self.start + n].to_vec();
-                self.start += n;
+                req.body = self.pending().get(..n).ok_or((FrameError::Incomplete, true))?.to_vec();
+                self.consume(n);
             }
             Body::Chunked => {
                 if expects_continue && self.buffered() == 0 {
@@ -269,13 +320,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         let mut body = Vec::new();
         loop {
             let size = loop {
-                match httparse::parse_chunk_size(&self.buf[self.start..self.end]) {
+                match httparse::parse_chunk_size(self.pending()) {
                     Ok(httparse::Status::Complete((used, size))) => {
-                        self.start += used;
+                        self.consume(used);
                         break size;
                     }
                     Ok(httparse::Status::Partial) => {
-                        if self.buffered() > 1024 {
+                        if self.buffered() > MAX_CHUNK_LINE_BYTES {
                             return Err(FrameError::Bad("chunk size line too long"));
                         }
                         if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
@@ -286,39 +337,71 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                 }
             };
             if size == 0 {
-                // Trailers (ignored) up to the empty line.
-                loop {
-                    let rest = &self.buf[self.start..self.end];
-                    if let Some(i) = rest.windows(2).position(|w| w == b"\r\n") {
-                        self.start += i + 2;
-                        if i == 0 {
-                            return Ok(body);
-                        }
-                        continue;
-                    }
-                    if self.buffered() > MAX_HEAD_BYTES {
-                        return Err(FrameError::HeadTooLarge);
-                    }
-                    if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
-                        return Err(FrameError::Incomplete);
-                    }
-                }
+                self.skip_trailers().await?;
+                return Ok(body);
             }
-            if body.len() as u64 + size > MAX_BODY_BYTES as u64 {
-                return Err(FrameError::BodyTooLarge);
-            }
-            let size = size as usize;
-            while self.buffered() < size + 2 {
+            // The size is the peer's number: check it against the limit
+            // before any arithmetic, so nothing below can overflow.
+            let room = MAX_BODY_BYTES.saturating_sub(body.len());
+            let size = match usize::try_from(size) {
+                Ok(n) if n <= room => n,
+                _ => return Err(FrameError::BodyTooLarge),
+            };
+            // Bounded by MAX_BODY_BYTES + 2, far below usize::MAX.
+            let with_crlf = size.saturating_add(2);
+            while self.buffered() < with_crlf {
                 if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
                     return Err(FrameError::Incomplete);
                 }
             }
-            body.extend_from_slice(&self.buf[self.start..self.start + size]);
-            if &self.buf[self.start + size..self.start + size + 2] != b"\r\n" {
+            let chunk = self.pending().get(..with_crlf).ok_or(FrameError::Incomplete)?;
+            let (data, crlf) = chunk.split_at(size);
+            if crlf != b"\r\n" {
                 return Err(FrameError::Bad("chunk data not followed by CRLF"));
             }
-            self.start += size + 2;
+            body.extend_from_slice(data);
+            self.consume(with_crlf);
         }
+    }
+
+    /// Trailer fields after the last chunk (ignored), up to the empty line.
+    async fn skip_trailers(&mut self) -> Result<(), FrameError> {
+        let mut skipped = 0usize;
+        loop {
+            if let Some(i) = self.pending().windows(2).position(|w| w == b"\r\n") {
+                self.consume(i.saturating_add(2));
+                if i == 0 {
+                    return Ok(());
+                }
+                skipped = skipped.saturating_add(i);
+                if skipped > MAX_HEAD_BYTES {
+                    return Err(FrameError::HeadTooLarge);
+                }
+                continue;
+            }
+            if self.buffered() > MAX_HEAD_BYTES {
+                return Err(FrameError::HeadTooLarge);
+            }
+            if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
+                return Err(FrameError::Incomplete);
+            }
+        }
+    }
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`; HTTP/1.0
+/// may omit it but never repeat it. Addressing reads the host, so two
+/// different values would make the resource ambiguous.
+fn check_host(req: &Request) -> Result<(), FrameError> {
+    let hosts = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .count();
+    match (hosts, req.http10) {
+        (1, _) | (0, true) => Ok(()),
+        (0, false) => Err(FrameError::Bad("an HTTP/1.1 request needs a Host header")),
+        _ => Err(FrameError::Bad("more than one Host header")),
     }
 }
 
@@ -370,6 +453,7 @@ fn framing(req: &Request) -> Result<Body, FrameError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
     use futures_lite::future::block_on;
@@ -416,7 +500,7 @@ mod tests {
 
     #[test]
     fn pipelined_requests_with_both_body_framings_in_tiny_reads() {
-        let raw = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPUT /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: 1\r\n\r\nGET /c HTTP/1.0\r\n\r\n";
+        let raw = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloPUT /b HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: 1\r\n\r\nGET /c HTTP/1.0\r\n\r\n";
         for step in [1, 3, 7, 4096] {
             let mut r = reader(raw, step);
             block_on(async {
@@ -438,27 +522,27 @@ mod tests {
     fn ambiguous_or_oversized_framing_is_refused() {
         let cases: [(&[u8], FrameError); 6] = [
             (
-                b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
                 FrameError::Bad("conflicting Content-Length values"),
             ),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n",
                 FrameError::Bad("invalid Content-Length"),
             ),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
                 FrameError::Bad("both Transfer-Encoding and Content-Length"),
             ),
             (
-                b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n",
                 FrameError::Bad("unsupported Transfer-Encoding"),
             ),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999\r\n\r\n",
                 FrameError::BodyTooLarge,
             ),
             (
-                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
                 FrameError::Bad("invalid chunk size"),
             ),
         ];
@@ -472,13 +556,58 @@ mod tests {
         let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES + 10));
         let mut r = reader(big.as_bytes(), 4096);
         assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::HeadTooLarge);
-        let mut r = reader(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", 4096);
+        let mut r = reader(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nshort", 4096);
         assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::Incomplete);
     }
 
     #[test]
+    fn chunk_sizes_that_would_overflow_are_refused() {
+        // Issue 8.1: a non-empty chunk, then a size of 2^64 - 1.
+        let raw = b"PUT /a/q HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nA\r\nffffffffffffffff\r\nBB";
+        for step in [1, 5, 4096] {
+            let mut r = reader(raw, step);
+            assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::BodyTooLarge);
+        }
+        let raw = b"PUT /a/q HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffe\r\n";
+        assert_eq!(
+            block_on(reader(raw, 4096).next_request()).unwrap_err().0,
+            FrameError::BodyTooLarge
+        );
+    }
+
+    #[test]
+    fn host_header_must_appear_exactly_once_in_http11() {
+        let none = b"GET / HTTP/1.1\r\n\r\n";
+        let two = b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n";
+        for raw in [&none[..], &two[..]] {
+            assert!(matches!(
+                block_on(reader(raw, 4096).next_request()).unwrap_err().0,
+                FrameError::Bad(_)
+            ));
+        }
+        let old = b"GET / HTTP/1.0\r\n\r\n";
+        assert!(block_on(reader(old, 4096).next_request()).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_grown_read_buffer_is_given_back_between_requests() {
+        let body = vec![b'x'; 100_000];
+        let mut raw = format!("PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        raw.extend_from_slice(&body);
+        raw.extend_from_slice(b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut r = reader(&raw, 4096);
+        block_on(async {
+            assert_eq!(r.next_request().await.unwrap().unwrap().body.len(), body.len());
+            assert!(r.capacity() > MAX_IDLE_READ_BUFFER);
+            assert!(r.wait_for_request().await.unwrap());
+            assert_eq!(r.capacity(), READ_CHUNK);
+            assert_eq!(r.next_request().await.unwrap().unwrap().target, "/b");
+        });
+    }
+
+    #[test]
     fn expect_continue_sends_100_before_the_body() {
-        let head = b"PUT /q HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+        let head = b"PUT /q HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
         let mut raw = head.to_vec();
         raw.extend_from_slice(b"ok");
         // The head arrives alone; the body only after the 100 Continue.

@@ -16,7 +16,8 @@ pub const MAX_CONNECTIONS_PER_CORE: usize = 4096;
 /// A keep-alive connection with no request in flight is closed after this.
 /// Default of `--idle-timeout-secs`.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// A request must arrive completely (head and body) within this.
+/// A request must arrive completely (head and body) within this, and a
+/// response must be taken by the peer within this.
 /// Default of `--request-timeout-secs`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -41,8 +42,17 @@ impl Default for ConnLimits {
 /// How often each core checks connection deadlines (so timeouts fire up to
 /// this much late).
 pub const REAPER_TICK: Duration = Duration::from_millis(250);
-/// Read buffer growth step.
+/// Read buffer growth step, and the size an idle connection's buffer returns to.
 pub const READ_CHUNK: usize = 16 * 1024;
+/// A read buffer that grew past this (one large body) is given back between
+/// requests, so idle connections do not keep their largest request's memory.
+pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
+/// Response bytes one connection may queue for pipelined requests before
+/// they are written; while they wait to be written, no new request is read.
+/// One response may exceed it (32 Peeked messages of 64 KiB, escaped).
+pub const MAX_PENDING_RESPONSE_BYTES: usize = 256 * 1024;
+/// Longest chunk-size line (size, extensions and CRLF) of a chunked body.
+pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 /// Requests in flight from other cores that one core serves at a time
 /// (bounded mesh channels give back-pressure beyond this).
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;

@@ -1,5 +1,13 @@
 //! Addressing (`azure-queue-api.md` §1.2–1.3): which account, queue and
 //! message a request names, its decoded query, and which operation it is.
+// Input from the network flows through here: no unchecked arithmetic,
+// indexing or panicking unwraps (docs/SECURITY.md).
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use crate::error::ApiError;
 use crate::http::Request;
@@ -41,31 +49,90 @@ pub fn form_decode(s: &str) -> Result<String, ApiError> {
 
 fn has_bad_escape(s: &str) -> bool {
     let b = s.as_bytes();
-    b.iter().enumerate().any(|(i, &c)| {
-        c == b'%'
-            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
-    })
+    let hex = |i: usize| b.get(i).is_some_and(u8::is_ascii_hexdigit);
+    b.iter()
+        .enumerate()
+        .any(|(i, &c)| c == b'%' && !(hex(i.saturating_add(1)) && hex(i.saturating_add(2))))
 }
 
-fn path_style(host: &str) -> bool {
-    let h = if let Some(rest) = host.strip_prefix('[') {
-        return rest.contains(']'); // an IPv6 literal
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                host
-            }
-        })
-    };
-    let ipv4 = h.split('.').count() == 4
-        && h.split('.')
-            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()));
-    ipv4 || !h.contains('.') || h == "host.docker.internal"
+/// How hosts map to accounts (docs/SECURITY.md, "What a signature covers").
+/// One copy per core, read-only.
+#[derive(Debug, Clone)]
+pub struct Addressing {
+    /// Host-style addressing (`{account}.{suffix}`) applies only to these
+    /// suffixes, lower-case, without a leading dot. Every other host is
+    /// path-style: `/{account}/…`.
+    pub host_suffixes: Vec<String>,
 }
 
-pub fn parse_target(req: &Request) -> Result<Target, ApiError> {
+/// The emulator's host-style suffix, as in `{account}.queue.localhost`.
+pub const DEFAULT_HOST_SUFFIX: &str = "queue.localhost";
+
+impl Default for Addressing {
+    fn default() -> Self {
+        Addressing {
+            host_suffixes: vec![DEFAULT_HOST_SUFFIX.to_string()],
+        }
+    }
+}
+
+impl Addressing {
+    /// Only path-style: what a client signing its own path-style requests uses.
+    pub fn path_style_only() -> Self {
+        Addressing { host_suffixes: vec![] }
+    }
+
+    /// The account label of a host-style `Host`, or None for path-style.
+    /// The port is ignored; names compare case-blind, as DNS does.
+    fn host_account(&self, host: &str) -> Option<String> {
+        let name = match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        };
+        let name = name.to_ascii_lowercase();
+        let (label, rest) = name.split_once('.')?;
+        (!label.is_empty() && self.host_suffixes.iter().any(|s| s == rest)).then(|| label.to_string())
+    }
+}
+
+/// Refuses query names and values that would make the Shared Key
+/// canonicalization ambiguous: the canonical form joins `name:value` lines
+/// with `\n` and repeated names with `,`, so a decoded `\n` or control
+/// character, a `:` in a name or a repeated name could make two different
+/// queries sign alike (a signed Peek replayed as a Get).
+fn check_query(query: &[(String, String)]) -> Result<(), ApiError> {
+    for (i, (name, value)) in query.iter().enumerate() {
+        if name.is_empty() || name.chars().any(|c| c.is_control() || c == ':') {
+            return Err(ApiError::invalid_query(
+                &printable(name),
+                "",
+                "Query parameter names must be non-empty and contain no control characters or ':'.",
+            ));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(ApiError::invalid_query(
+                name,
+                &printable(value),
+                "Query parameter values must not contain control characters.",
+            ));
+        }
+        if query.iter().take(i).any(|(n, _)| n == name) {
+            return Err(ApiError::invalid_query(
+                name,
+                value,
+                "A query parameter may appear only once.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A value safe to echo in an XML error: control characters shown as `?`.
+fn printable(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+pub fn parse_target(req: &Request, addressing: &Addressing) -> Result<Target, ApiError> {
     let (raw_path, raw_query) = req.target.split_once('?').unwrap_or((req.target.as_str(), ""));
     if !raw_path.starts_with('/') {
         return Err(ApiError::invalid_uri());
@@ -75,6 +142,7 @@ pub fn parse_target(req: &Request) -> Result<Target, ApiError> {
         let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
         query.push((form_decode(n)?.to_ascii_lowercase(), form_decode(v)?));
     }
+    check_query(&query)?;
     if has_bad_escape(raw_path) {
         return Err(ApiError::invalid_uri());
     }
@@ -85,23 +153,30 @@ pub fn parse_target(req: &Request) -> Result<Target, ApiError> {
     if segs.last() == Some(&"") {
         segs.pop();
     }
-    if segs.iter().any(|s| s.is_empty() || *s == "." || *s == "..") {
+    if segs
+        .iter()
+        .any(|s| s.is_empty() || *s == "." || *s == ".." || s.chars().any(char::is_control))
+    {
         return Err(ApiError::invalid_uri());
     }
     let host = req.header("host").unwrap_or("");
-    let account = if path_style(host) {
-        if segs.is_empty() {
-            return Err(ApiError::invalid_uri());
+    // Host-style only for a configured suffix, and never when the first
+    // segment names the host's account: that shape is read as path-style
+    // (as Azurite does), so `/{account}/{rest}` signs one resource only.
+    let account = match addressing.host_account(host) {
+        Some(label) if !names_account(segs.first().copied(), &label) => label,
+        _ => {
+            if segs.is_empty() {
+                return Err(ApiError::invalid_uri());
+            }
+            segs.remove(0).to_string()
         }
-        segs.remove(0).to_string()
-    } else {
-        host.split('.').next().unwrap_or("").to_string()
     };
     let (account, secondary) = match account.strip_suffix("-secondary") {
         Some(a) => (a.to_string(), true),
         None => (account, false),
     };
-    if segs.len() > 3 || (segs.len() >= 2 && segs[1] != "messages") {
+    if segs.len() > 3 || segs.get(1).is_some_and(|s| *s != "messages") {
         return Err(ApiError::invalid_uri());
     }
     Ok(Target {
@@ -113,6 +188,13 @@ pub fn parse_target(req: &Request) -> Result<Target, ApiError> {
         raw_path: raw_path.to_string(),
         query,
     })
+}
+
+/// Whether a path's first segment names the host label's account (primary
+/// or `-secondary`).
+fn names_account(first: Option<&str>, label: &str) -> bool {
+    let account = label.strip_suffix("-secondary").unwrap_or(label);
+    first.is_some_and(|f| f == account || f.strip_suffix("-secondary") == Some(account))
 }
 
 /// Every operation of the queue service.
@@ -145,7 +227,13 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
     use Operation::*;
     let comp = t.param("comp");
     let restype = t.param("restype");
-    let m = if method == "HEAD" { "GET" } else { method };
+    // HEAD exists only where Azure defines it: Get Queue Metadata and Get
+    // Queue ACL. Anywhere else it would run a GET (a dequeue on /messages).
+    let m = match method {
+        "HEAD" if t.queue.is_some() && !t.messages && matches!(comp, Some("metadata" | "acl")) => "GET",
+        "HEAD" => return Err(ApiError::unsupported_verb()),
+        other => other,
+    };
     let Some(_) = &t.queue else {
         return match (m, restype, comp) {
             ("GET", _, Some("list")) => Ok(ListQueues),
@@ -158,6 +246,9 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
         };
     };
     if t.message_id.is_some() {
+        if let Some(c) = comp {
+            return Err(bad_comp(c));
+        }
         return match m {
             "DELETE" => Ok(DeleteMessage),
             "PUT" => Ok(UpdateMessage),
@@ -165,6 +256,11 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
         };
     }
     if t.messages {
+        // Message operations take no comp; accepting one would let a signed
+        // `?comp=metadata` read run as a dequeue.
+        if let Some(c) = comp {
+            return Err(bad_comp(c));
+        }
         return match m {
             "POST" => Ok(PutMessage),
             "GET" if t.param("peekonly").is_some_and(|v| v.eq_ignore_ascii_case("true")) => Ok(PeekMessages),
@@ -187,6 +283,12 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod tests {
     use super::*;
 
@@ -200,9 +302,13 @@ mod tests {
         }
     }
 
+    fn parse_target_(r: &Request) -> Result<Target, ApiError> {
+        parse_target(r, &Addressing::default())
+    }
+
     #[test]
     fn path_and_host_style_addressing() {
-        let t = parse_target(&req(
+        let t = parse_target_(&req(
             "GET",
             "/devstoreaccount1/q1/messages/abc?peekonly=true&A=%2B+x",
             "127.0.0.1:10001",
@@ -213,9 +319,9 @@ mod tests {
         assert!(t.messages);
         assert_eq!(t.message_id.as_deref(), Some("abc"));
         assert_eq!(t.param("a"), Some("+ x"));
-        let t = parse_target(&req("GET", "/?comp=list", "account1.queue.localhost:10001")).unwrap();
+        let t = parse_target_(&req("GET", "/?comp=list", "account1.queue.localhost:10001")).unwrap();
         assert_eq!((t.account.as_str(), t.queue.as_ref()), ("account1", None));
-        let t = parse_target(&req(
+        let t = parse_target_(&req(
             "GET",
             "/devstoreaccount1-secondary/?restype=service&comp=stats",
             "localhost:10001",
@@ -230,7 +336,7 @@ mod tests {
             "/a/%zz",
             "/a/q?x=%g1",
         ] {
-            assert!(parse_target(&req("GET", bad, "127.0.0.1")).is_err(), "{bad}");
+            assert!(parse_target_(&req("GET", bad, "127.0.0.1")).is_err(), "{bad}");
         }
     }
 
@@ -253,7 +359,7 @@ mod tests {
         ];
         for (m, p, want) in cases {
             assert_eq!(
-                route(m, &parse_target(&req(m, p, "127.0.0.1")).unwrap()),
+                route(m, &parse_target_(&req(m, p, "127.0.0.1")).unwrap()),
                 want,
                 "{m} {p}"
             );
@@ -261,7 +367,7 @@ mod tests {
         assert_eq!(
             route(
                 "PATCH",
-                &parse_target(&req("PATCH", "/a/q/messages", "127.0.0.1")).unwrap()
+                &parse_target_(&req("PATCH", "/a/q/messages", "127.0.0.1")).unwrap()
             )
             .unwrap_err()
             .code,
@@ -270,7 +376,7 @@ mod tests {
         assert_eq!(
             route(
                 "GET",
-                &parse_target(&req("GET", "/a/q?comp=bogus", "127.0.0.1")).unwrap()
+                &parse_target_(&req("GET", "/a/q?comp=bogus", "127.0.0.1")).unwrap()
             )
             .unwrap_err()
             .code,

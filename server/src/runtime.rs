@@ -23,7 +23,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-/// Runs the server until a signal; returns the process exit code.
+/// Exit status when a shard ends on its own after startup: the process
+/// stops at once so a supervisor restarts it and recovery runs
+/// (docs/decisions/0004-a-dead-shard-stops-the-process.md).
+pub const EXIT_SHARD_DIED: i32 = 70;
+
+/// Sent by a shard thread when it ends, however it ends (return, error or
+/// panic): dropped with the thread's closure, also while unwinding.
+struct ShardExit {
+    shard: usize,
+    tx: mpsc::Sender<(usize, bool)>,
+}
+
+impl Drop for ShardExit {
+    fn drop(&mut self) {
+        let _ = self.tx.send((self.shard, std::thread::panicking()));
+    }
+}
+
+/// Logs a panic with the thread it happened on before unwinding starts, so
+/// the reason is on stderr even if the process exits right after.
+fn install_panic_log() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        tracing::error!(thread = name, "panic: {info}");
+        default(info);
+    }));
+}
+
+/// Runs the server until a signal. Ok: drained after SIGTERM/SIGINT. A shard
+/// that ends after startup exits the process with [`EXIT_SHARD_DIED`].
 pub fn run(cfg: Config) -> Result<(), String> {
     let cpus = startup::affinity_cpus();
     let n = cfg.shards.unwrap_or(cpus.len());
@@ -49,7 +80,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         set
     };
 
+    install_panic_log();
     let stop = Arc::new(AtomicBool::new(false));
+    let (exit_tx, exit_rx) = mpsc::channel::<(usize, bool)>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mesh = (n > 1).then(|| shards::mesh(n));
     let accounts: HashMap<String, crate::auth::Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
@@ -61,10 +94,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // Cloned once per executor, before it starts (glommio-notes pitfall 7).
         let mesh = mesh.clone();
         let accounts = accounts.clone();
+        let exit = ShardExit {
+            shard: i,
+            tx: exit_tx.clone(),
+        };
         let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[i % cpus.len()]))
             .name(&format!("shard-{i}"))
             .io_memory(cfg.io_memory_kib * 1024)
             .spawn(move || async move {
+                let _exit = exit;
                 if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
                     let _ = ready.send(Err(format!("shard {i}: {e}")));
                 }
@@ -73,11 +111,21 @@ pub fn run(cfg: Config) -> Result<(), String> {
         handles.push(h);
     }
     drop(ready_tx);
-    for _ in 0..n {
-        match ready_rx.recv() {
-            Ok(Ok(_)) => {}
+    let mut ready = 0;
+    while ready < n {
+        match ready_rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Ok(_)) => ready += 1,
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Err("a shard stopped during startup".into()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("a shard stopped during startup".into()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // A shard that panicked while opening never reports.
+                if let Ok((shard, _)) = exit_rx.try_recv() {
+                    return Err(match ready_rx.try_recv() {
+                        Ok(Err(e)) => e,
+                        _ => format!("shard {shard} stopped during startup (see the log above)"),
+                    });
+                }
+            }
         }
     }
     let first = accounts.keys().min().cloned().unwrap_or_default();
@@ -89,20 +137,28 @@ pub fn run(cfg: Config) -> Result<(), String> {
     );
     tracing::info!(addr = %cfg.addr, shards = n, "ready");
 
-    // Wait for SIGTERM/SIGINT, or for a shard to die (a runtime error after startup).
+    // Wait for SIGTERM/SIGINT, or for a shard to end on its own. A shard
+    // that is gone cannot serve its queues, and the others would keep
+    // accepting requests for them: never run half-alive (decision 0004).
     loop {
         let ts = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 200_000_000,
+            tv_nsec: 100_000_000,
         };
         let sig = unsafe { libc::sigtimedwait(&sigs, std::ptr::null_mut(), &ts) };
         if sig == libc::SIGTERM || sig == libc::SIGINT {
             tracing::info!("signal {sig}: draining");
             break;
         }
-        if let Ok(Err(e)) = ready_rx.try_recv() {
-            stop.store(true, Ordering::Relaxed);
-            return Err(e);
+        if let Ok((shard, panicked)) = exit_rx.try_recv() {
+            let why = match ready_rx.try_recv() {
+                Ok(Err(e)) => e,
+                _ if panicked => "it panicked (the panic is logged above)".to_string(),
+                _ => "it returned".to_string(),
+            };
+            eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
+            tracing::error!(shard, "shard stopped after startup: {why}");
+            std::process::exit(EXIT_SHARD_DIED);
         }
     }
     stop.store(true, Ordering::Relaxed);
@@ -154,6 +210,13 @@ async fn shard_main(
         router,
         accounts: Rc::new(accounts),
         limits,
+        addressing: crate::request::Addressing {
+            host_suffixes: cfg
+                .host_suffixes
+                .iter()
+                .map(|s| s.trim_start_matches('.').to_ascii_lowercase())
+                .collect(),
+        },
     });
     let conns = Rc::new(ConnCount::default());
     let reaper = Rc::new(Reaper::default());

@@ -2,6 +2,14 @@
 //! parsed with quick-xml, order-insensitively, tolerating any declaration;
 //! responses are written directly, elements in the order the REST reference
 //! gives. Times: RFC 1123 in message XML, ISO 8601 with 7 digits in ACLs.
+// Input from the network flows through here: no unchecked arithmetic,
+// indexing or panicking unwraps (docs/SECURITY.md).
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use crate::error::ApiError;
 use engine::model::SignedIdentifier;
@@ -18,9 +26,22 @@ pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
     quick_xml::escape::escape(s)
 }
 
+/// Escapes element text: only `<`, `>` and `&` need it there. Quotes stay
+/// as they are, so a message of `"` is not six times its size on the wire.
+pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
+    quick_xml::escape::partial_escape(s)
+}
+
 /// RFC 1123 (`Sun, 22 Nov 2026 10:43:06 GMT`) from milliseconds since the epoch.
 pub fn rfc1123(ms: u64) -> String {
-    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
+    // Times here come from our own clock plus bounded timeouts; a value past
+    // SystemTime's range still prints (as the latest time) rather than panic.
+    // (httpdate refuses years past 9999, so the value is capped there first).
+    const LAST_HTTP_DATE_MS: u64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
+    let t = UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms.min(LAST_HTTP_DATE_MS)))
+        .unwrap_or(UNIX_EPOCH);
+    httpdate::fmt_http_date(t)
 }
 
 /// ISO 8601 with seven fractional digits, as Azure writes ACL times and error times.
@@ -71,7 +92,10 @@ pub fn write_put(p: &engine::shard::PutReceipt) -> String {
 /// A `QueueMessagesList`, each message written by `item`; the empty list is
 /// `<QueueMessagesList />`, which the SDKs' iterators stop on.
 fn write_list<T>(msgs: &[T], text_len: impl Fn(&T) -> usize, item: impl Fn(&mut String, &T)) -> String {
-    let mut s = String::with_capacity(128 + msgs.iter().map(|m| text_len(m) + 400).sum::<usize>());
+    let guess = msgs
+        .iter()
+        .fold(128usize, |acc, m| acc.saturating_add(text_len(m)).saturating_add(400));
+    let mut s = String::with_capacity(guess);
     s.push_str(DECL);
     if msgs.is_empty() {
         s.push_str("<QueueMessagesList />");
@@ -101,7 +125,7 @@ pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
             m.pop_receipt,
             rfc1123(m.visible_ms),
             m.dequeue_count,
-            escape(&m.text)
+            escape_text(&m.text)
         );
         },
     )
@@ -121,7 +145,7 @@ pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
             rfc1123(m.inserted_ms),
             rfc1123(m.expires_ms),
             m.dequeue_count,
-            escape(&m.text)
+            escape_text(&m.text)
         );
         },
     )
@@ -307,6 +331,12 @@ pub fn flatten(node: &Node, prefix: &str, out: &mut BTreeMap<String, String>) {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod tests {
     use super::*;
 

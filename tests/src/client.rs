@@ -70,7 +70,8 @@ pub fn signed_request(
         headers: headers.clone(),
         body: vec![],
     };
-    let t = parse_target(&req).map_err(|e| io::Error::other(e.message))?;
+    let t =
+        parse_target(&req, &server::request::Addressing::path_style_only()).map_err(|e| io::Error::other(e.message))?;
     let sig = signature(key, &shared_key_strings(&req, ACCOUNT, &t)[0]);
     let mut out = format!("{method} {target} HTTP/1.1\r\n");
     for (k, v) in &headers {

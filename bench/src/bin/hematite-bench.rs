@@ -195,7 +195,8 @@ impl Conn {
                 headers: headers.clone(),
                 body: vec![],
             };
-            let t = server::request::parse_target(&req).map_err(|e| std::io::Error::other(e.message))?;
+            let t = server::request::parse_target(&req, &server::request::Addressing::path_style_only())
+                .map_err(|e| std::io::Error::other(e.message))?;
             let sts = &server::auth::shared_key_strings(&req, &self.args.account, &t)[0];
             headers.push((
                 "Authorization".into(),
