@@ -41,15 +41,23 @@ impl Drop for ShardExit {
     }
 }
 
-/// Logs a panic with the thread it happened on before unwinding starts, so
-/// the reason is on stderr even if the process exits right after.
-fn install_panic_log() {
+/// Makes any panic stop the process: log it with its thread, then exit with
+/// [`EXIT_SHARD_DIED`]. Unwinding cannot be relied on here: a panic inside
+/// glommio's run loop was seen to leave the thread stuck dropping its
+/// executor, so a guard dropped at the end of the thread may never run
+/// (decision 0004). A panic means an invariant broke; nothing acknowledged
+/// depends on this process living on, since it is already durable.
+fn install_panic_exit() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let thread = std::thread::current();
-        let name = thread.name().unwrap_or("unnamed");
-        tracing::error!(thread = name, "panic: {info}");
+        let name = thread.name().unwrap_or("unnamed").to_string();
+        tracing::error!(thread = %name, "panic: {info}");
         default(info);
+        eprintln!("hematite: panic on thread {name}; shard stopped after startup or during it; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
+        // SAFETY: _exit ends the process at once, without running other
+        // threads' destructors (which may be what is stuck).
+        unsafe { libc::_exit(EXIT_SHARD_DIED) }
     }));
 }
 
@@ -80,7 +88,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         set
     };
 
-    install_panic_log();
+    install_panic_exit();
     let stop = Arc::new(AtomicBool::new(false));
     let (exit_tx, exit_rx) = mpsc::channel::<(usize, bool)>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();

@@ -144,3 +144,59 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     assert_eq!(put(&mut c, "fullq", "after"), 201, "writes resume once space is back");
     assert!(proc::stop(&mut server).success());
 }
+
+#[test]
+fn a_panicking_shard_stops_the_whole_process_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = proc::free_port();
+    let cmd = proc::command(
+        env!("CARGO_BIN_EXE_hematite").as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "2", "--io-memory-kib", "512"],
+    );
+    let mut server = proc::spawn_ready(cmd).expect("hematite starts");
+    let mut c = Client::new(port);
+    // The panic happens on whichever core accepted the connection; the
+    // other core is alive and must not keep the process half up.
+    let _ = c.call(
+        "GET",
+        "/devstoreaccount1/?comp=list",
+        &[("x-hematite-fault", "panic")],
+        b"",
+    );
+    let since = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(1),
+            "the process is still running after a shard panicked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(server::runtime::EXIT_SHARD_DIED), "{status}");
+    let mut err = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        err.contains("panic") && err.contains("stopped after startup"),
+        "the log says why: {err}"
+    );
+    // A restart recovers and serves.
+    let cmd = proc::command(
+        env!("CARGO_BIN_EXE_hematite").as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "2", "--io-memory-kib", "512"],
+    );
+    let mut server = proc::spawn_ready(cmd).expect("hematite restarts");
+    assert_eq!(
+        Client::new(port)
+            .call("GET", "/devstoreaccount1/?comp=list", &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    assert!(proc::stop(&mut server).success());
+}
