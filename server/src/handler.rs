@@ -10,6 +10,8 @@ use crate::request::{parse_target, route, Addressing, Operation, Target};
 use crate::service::ServiceProperties;
 use crate::shards::{Command, Outcome, Router};
 use crate::xmlio::{self, escape, iso8601_7, rfc1123, DECL};
+use engine::disk::dma::DmaDisk;
+use engine::disk::Disk;
 use engine::limits::MAX_LIST_RESULTS;
 use engine::model::Metadata;
 use engine::shard::Created;
@@ -23,15 +25,15 @@ use time::OffsetDateTime;
 pub const DEFAULT_VERSION: &str = "2026-10-06";
 
 /// Everything a core needs to serve requests.
-pub struct Ctx {
-    pub router: Router,
+pub struct Ctx<D: Disk = DmaDisk> {
+    pub router: Router<D>,
     pub accounts: Rc<HashMap<String, Account>>,
     pub limits: crate::limits::ConnLimits,
     pub addressing: Addressing,
 }
 
 /// Handles one request; never fails (errors become Azure error responses).
-pub async fn handle(ctx: &Ctx, req: &Request, peer: IpAddr) -> Response {
+pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Response {
     // Test builds only: lets the suite prove that a panicking shard stops
     // the whole process (docs/decisions/0004-a-dead-shard-stops-the-process.md).
     #[cfg(feature = "fault-injection")]
@@ -158,8 +160,8 @@ fn queue_of(t: &Target) -> &str {
     t.queue.as_deref().expect("queue-level operation has a queue")
 }
 
-async fn authenticate(
-    ctx: &Ctx,
+async fn authenticate<D: Disk>(
+    ctx: &Ctx<D>,
     req: &Request,
     t: &Target,
     account: &Account,
@@ -211,7 +213,7 @@ async fn authenticate(
     Ok(who)
 }
 
-async fn dispatch(ctx: &Ctx, req: &Request, peer: IpAddr, now: SystemTime) -> Result<Response, ApiError> {
+async fn dispatch<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, now: SystemTime) -> Result<Response, ApiError> {
     let t = parse_target(req, &ctx.addressing)?;
     if let Some(v) = req.header("x-ms-version") {
         if !valid_version(v) {
@@ -233,12 +235,12 @@ fn unexpected(o: Outcome) -> ApiError {
     ApiError::internal(&format!("unexpected reply from a shard: {o:?}"))
 }
 
-async fn on_owner(ctx: &Ctx, t: &Target, cmd: Command) -> Result<Outcome, ApiError> {
+async fn on_owner<D: Disk>(ctx: &Ctx<D>, t: &Target, cmd: Command) -> Result<Outcome, ApiError> {
     let owner = ctx.router.owner_of(&t.account, queue_of(t));
     Ok(ctx.router.exec(owner, cmd).await?)
 }
 
-async fn execute(ctx: &Ctx, req: &Request, t: &Target, op: Operation) -> Result<Response, ApiError> {
+async fn execute<D: Disk>(ctx: &Ctx<D>, req: &Request, t: &Target, op: Operation) -> Result<Response, ApiError> {
     use Operation::*;
     let account = t.account.clone();
     let queue = || queue_of(t).to_string();
@@ -489,7 +491,7 @@ async fn execute(ctx: &Ctx, req: &Request, t: &Target, op: Operation) -> Result<
     })
 }
 
-async fn list_queues(ctx: &Ctx, req: &Request, t: &Target) -> Result<Response, ApiError> {
+async fn list_queues<D: Disk>(ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError> {
     let prefix = t.param("prefix").unwrap_or("").to_string();
     let max = match int_param(t, "maxresults")? {
         None => MAX_LIST_RESULTS,
@@ -595,7 +597,7 @@ async fn list_queues(ctx: &Ctx, req: &Request, t: &Target) -> Result<Response, A
     Ok(Response::new(200).xml(s))
 }
 
-async fn service_props(ctx: &Ctx, account: &str) -> Option<ServiceProperties> {
+async fn service_props<D: Disk>(ctx: &Ctx<D>, account: &str) -> Option<ServiceProperties> {
     match ctx
         .router
         .exec(
@@ -634,7 +636,7 @@ fn header_allowed(allowed: &str, h: &str) -> bool {
 }
 
 /// Preflight (§2.5): no authentication, the resource need not exist.
-async fn preflight(ctx: &Ctx, req: &Request) -> Result<Response, ApiError> {
+async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response, ApiError> {
     let t = parse_target(req, &ctx.addressing)?;
     let origin = req
         .header("origin")
@@ -684,7 +686,7 @@ async fn preflight(ctx: &Ctx, req: &Request) -> Result<Response, ApiError> {
 }
 
 /// CORS headers on a normal response (§2.5).
-async fn cors_headers(ctx: &Ctx, req: &Request, origin: &str, resp: &mut Response) {
+async fn cors_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, resp: &mut Response) {
     let Ok(t) = parse_target(req, &ctx.addressing) else {
         return;
     };

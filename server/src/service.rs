@@ -266,6 +266,10 @@ impl ServiceProperties {
 pub struct ServiceStore {
     dir: PathBuf,
     by_account: RefCell<HashMap<String, ServiceProperties>>,
+    /// Held from reading the current value to storing the merged one: two
+    /// concurrent Set Service Properties must not both merge into the same
+    /// old value (one update would be lost), nor write the same temp file.
+    updating: futures::lock::Mutex<()>,
 }
 
 impl ServiceStore {
@@ -297,6 +301,7 @@ impl ServiceStore {
         Ok(ServiceStore {
             dir,
             by_account: RefCell::new(map),
+            updating: futures::lock::Mutex::new(()),
         })
     }
 
@@ -304,7 +309,20 @@ impl ServiceStore {
         self.by_account.borrow().get(account).cloned().unwrap_or_default()
     }
 
-    pub async fn set(&self, account: &str, props: ServiceProperties) -> Result<(), QueueError> {
+    /// Set Service Properties: merges `body` into the stored value and
+    /// stores the result durably, one update at a time.
+    pub async fn merge_and_store(&self, account: &str, body: &[u8]) -> Result<(), QueueError> {
+        let _one_at_a_time = self.updating.lock().await;
+        let merged = self
+            .get(account)
+            .merge(body)
+            .map_err(|e| QueueError::InvalidXmlDocument {
+                reason: e.details.first().map(|(_, r)| r.clone()).unwrap_or(e.message),
+            })?;
+        self.set(account, merged).await
+    }
+
+    async fn set(&self, account: &str, props: ServiceProperties) -> Result<(), QueueError> {
         let xml = props.to_xml();
         let dir = self.dir.clone();
         let name = format!("{account}.xml");

@@ -6,6 +6,7 @@
 
 use crate::service::ServiceProperties;
 use engine::disk::dma::DmaDisk;
+use engine::disk::Disk;
 use engine::model::{Metadata, SignedIdentifier};
 use engine::shard::{
     Created, PeekedMessage, PutReceipt, QueueListing, QueueProperties, ReceivedMessage, UpdateReceipt,
@@ -125,7 +126,7 @@ pub fn owner(account: &str, queue: &str, shards: usize) -> usize {
 }
 
 /// Runs a command against this core's shard.
-pub async fn apply(shard: &Shard<DmaDisk>, service: &ServiceStore, cmd: Command) -> Reply {
+pub async fn apply<D: Disk>(shard: &Shard<D>, service: &ServiceStore, cmd: Command) -> Reply {
     use Command::*;
     Ok(match cmd {
         CreateQueue {
@@ -205,13 +206,7 @@ pub async fn apply(shard: &Shard<DmaDisk>, service: &ServiceStore, cmd: Command)
         }
         GetService { account } => Outcome::Service(Box::new(service.get(&account))),
         SetService { account, body } => {
-            let merged = service
-                .get(&account)
-                .merge(&body)
-                .map_err(|e| QueueError::InvalidXmlDocument {
-                    reason: e.details.first().map(|(_, r)| r.clone()).unwrap_or(e.message),
-                })?;
-            service.set(&account, merged).await?;
+            service.merge_and_store(&account, &body).await?;
             Outcome::Done
         }
     })
@@ -220,10 +215,10 @@ pub async fn apply(shard: &Shard<DmaDisk>, service: &ServiceStore, cmd: Command)
 pub use crate::service::ServiceStore;
 
 /// A core's view of all shards: its own, and senders to the others.
-pub struct Router {
+pub struct Router<D: Disk = DmaDisk> {
     pub me: usize,
     pub shards: usize,
-    pub shard: Rc<Shard<DmaDisk>>,
+    pub shard: Rc<Shard<D>>,
     pub service: Rc<ServiceStore>,
     senders: Option<Senders<Envelope>>,
 }
@@ -234,16 +229,16 @@ pub fn mesh(shards: usize) -> Mesh {
     MeshBuilder::full(shards, crate::limits::MESH_CHANNEL_CAPACITY)
 }
 
-impl Router {
+impl<D: Disk> Router<D> {
     /// Joins the mesh (when there is more than one shard) and starts serving
     /// commands that other cores send here.
     pub async fn join(
         mesh: Option<Mesh>,
-        shard: Rc<Shard<DmaDisk>>,
+        shard: Rc<Shard<D>>,
         service: Rc<ServiceStore>,
         me: usize,
         shards: usize,
-    ) -> Router {
+    ) -> Router<D> {
         let senders = match mesh {
             None => None,
             Some(m) => {
@@ -298,7 +293,7 @@ impl Router {
     }
 }
 
-fn serve_remote(mut receivers: Receivers<Envelope>, shard: Rc<Shard<DmaDisk>>, service: Rc<ServiceStore>) {
+fn serve_remote<D: Disk>(mut receivers: Receivers<Envelope>, shard: Rc<Shard<D>>, service: Rc<ServiceStore>) {
     for (_, rx) in receivers.streams() {
         let (shard, service) = (shard.clone(), service.clone());
         glommio::spawn_local(async move {

@@ -262,3 +262,40 @@ fn malformed_and_oversized_requests_get_answers_and_the_server_survives() {
     drop(c);
     s.assert_healthy();
 }
+
+/// Issue 9.8: two Set Service Properties at once, each changing a different
+/// group, must both land (each merges into the value the other stored).
+#[test]
+fn concurrent_set_service_properties_lose_no_update() {
+    let server = TestServer::start();
+    let logging = |on: bool| {
+        format!("<StorageServiceProperties><Logging><Version>1.0</Version><Delete>{on}</Delete><Read>false</Read><Write>false</Write><RetentionPolicy><Enabled>false</Enabled></RetentionPolicy></Logging></StorageServiceProperties>")
+    };
+    let cors = |n: usize| {
+        format!("<StorageServiceProperties><Cors>{}</Cors></StorageServiceProperties>", "<CorsRule><AllowedOrigins>http://a.example</AllowedOrigins><AllowedMethods>GET</AllowedMethods><AllowedHeaders></AllowedHeaders><ExposedHeaders></ExposedHeaders><MaxAgeInSeconds>1</MaxAgeInSeconds></CorsRule>".repeat(n))
+    };
+    let target = "/devstoreaccount1/?restype=service&comp=properties";
+    for round in 0..20 {
+        let mut c = client::Client::new(server.port);
+        assert_eq!(
+            c.call("PUT", target, &[], logging(false).as_bytes()).unwrap().status,
+            202
+        );
+        assert_eq!(c.call("PUT", target, &[], cors(0).as_bytes()).unwrap().status, 202);
+        let a = server.signed("PUT", target, &[("Connection", "close")], logging(true).as_bytes());
+        let b = server.signed("PUT", target, &[("Connection", "close")], cors(1).as_bytes());
+        let (mut sa, mut sb) = (server.connect(), server.connect());
+        sa.write_all(&a).unwrap();
+        sb.write_all(&b).unwrap();
+        for s in [&mut sa, &mut sb] {
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            assert!(out.starts_with(b"HTTP/1.1 202"), "{}", String::from_utf8_lossy(&out));
+        }
+        let props = c.call("GET", target, &[], b"").unwrap().body;
+        assert!(
+            props.contains("<Delete>true</Delete>") && props.contains("http://a.example"),
+            "round {round}: one of two concurrent updates was lost: {props}"
+        );
+    }
+}
