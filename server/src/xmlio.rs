@@ -217,6 +217,7 @@ pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
             }
             Event::Text(t) => {
                 let s = t.unescape().map_err(|e| ApiError::invalid_xml(format!("{e}")))?;
+                check_xml_chars(&s)?;
                 match stack.last_mut() {
                     Some(n) => n.text.push_str(&s),
                     None if s.trim().is_empty() => {}
@@ -225,6 +226,7 @@ pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
             }
             Event::CData(t) => {
                 let s = String::from_utf8_lossy(&t.into_inner()).into_owned();
+                check_xml_chars(&s)?;
                 if let Some(n) = stack.last_mut() {
                     n.text.push_str(&s);
                 }
@@ -238,6 +240,23 @@ pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
         return Err(ApiError::invalid_xml("The document ends inside an element."));
     }
     root.ok_or_else(|| ApiError::invalid_xml("The request body has no root element."))
+}
+
+/// XML 1.0's `Char` production (§2.2): C0 control characters other than tab,
+/// line feed and carriage return, and U+FFFE/U+FFFF, are not XML, raw or as
+/// character references. A text holding one could be stored but never
+/// returned in a well-formed answer, so it is refused as the service does.
+fn check_xml_chars(s: &str) -> Result<(), ApiError> {
+    let bad = s
+        .chars()
+        .find(|&c| (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{FFFE}' | '\u{FFFF}'));
+    match bad {
+        None => Ok(()),
+        Some(c) => Err(ApiError::invalid_xml(format!(
+            "The character U+{:04X} is not allowed in an XML document.",
+            u32::from(c)
+        ))),
+    }
 }
 
 /// `<QueueMessage><MessageText>…</MessageText></QueueMessage>` → the text.
