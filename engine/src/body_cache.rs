@@ -60,6 +60,15 @@ impl BodyCache {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Number of cached bodies.
+    pub fn len(&self) -> usize {
+        self.lru.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lru.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +89,15 @@ mod tests {
         assert_eq!(c.bytes(), 8);
         c.remove((1, 0));
         assert_eq!(c.bytes(), 4);
+    }
+
+    #[test]
+    fn empty_bodies_cannot_grow_it_without_bound() {
+        let mut c = BodyCache::new(64 * 1024);
+        for i in 0..100_000 {
+            c.insert((1, i), Rc::from(&b""[..]));
+        }
+        assert!(c.len() <= 64 * 1024 / 64, "{} empty bodies cached", c.len());
+        assert!(c.bytes() <= 64 * 1024);
     }
 }

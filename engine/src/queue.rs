@@ -246,4 +246,16 @@ mod tests {
         assert_eq!(q.len(), 1);
         q.check_invariants();
     }
+
+    #[test]
+    #[should_panic(expected = "id index")]
+    fn a_transition_that_breaks_an_index_is_caught_where_it_happens() {
+        // Two messages with one id: the id index loses one. The check must
+        // fire at the transition, not at the next open.
+        let mut q = Queue::new(1, "a".into(), "q".into(), Metadata::default());
+        q.upsert(msg(1, 0, 100));
+        let mut twin = msg(2, 0, 100);
+        twin.id = Uuid::from_u64_pair(0, 1);
+        q.upsert(twin);
+    }
 }

@@ -1062,6 +1062,11 @@ impl<D: Disk> Shard<D> {
         (c.hits, c.misses, c.bytes())
     }
 
+    /// Number of bodies in the cache.
+    pub fn cache_len(&self) -> usize {
+        self.cache.borrow().len()
+    }
+
     /// Every queue with every message and its text, in canonical order.
     /// Reads bodies from disk; meant for tests and tools, not the hot path.
     pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
