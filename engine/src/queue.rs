@@ -133,7 +133,18 @@ impl Queue {
         self.expiry.insert((m.expires_ms, m.seq));
         self.by_id.insert(m.id, m.seq);
         self.messages.insert(m.seq, m);
+        self.check_sizes();
         old
+    }
+
+    /// The cheap part of [`Queue::check_invariants`], run at every
+    /// transition in debug and test builds: all indexes hold every message.
+    fn check_sizes(&self) {
+        if cfg!(debug_assertions) {
+            assert_eq!(self.messages.len(), self.visibility.len(), "visibility index size");
+            assert_eq!(self.messages.len(), self.expiry.len(), "expiry index size");
+            assert_eq!(self.messages.len(), self.by_id.len(), "id index size");
+        }
     }
 
     pub fn remove(&mut self, seq: u64) -> Option<Message> {
@@ -141,6 +152,7 @@ impl Queue {
         self.visibility.remove(m.visible_ms, seq);
         self.expiry.remove(&(m.expires_ms, seq));
         self.by_id.remove(&m.id);
+        self.check_sizes();
         Some(m)
     }
 

@@ -305,8 +305,11 @@ impl SimFile {
 }
 
 impl DiskFile for SimFile {
+    /// Like the real backend: the larger of the logical block and the
+    /// physical sector, so no two commits ever share a physical sector.
     fn alignment(&self) -> u64 {
-        self.disk.st.borrow().logical
+        let st = self.disk.st.borrow();
+        st.logical.max(st.physical)
     }
 
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
