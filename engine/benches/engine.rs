@@ -33,7 +33,7 @@ fn records(c: &mut Criterion) {
     let seed = seed_of(0xfeed);
     let mut framed = Vec::new();
     let mut body = Vec::new();
-    rec.encode(&mut body);
+    rec.encode(&mut body).unwrap();
     encode_frame(&mut framed, seed, rec.kind(), 7, &body);
     g.throughput(Throughput::Bytes(framed.len() as u64));
     g.bench_function("encode_1KiB_put", |b| {
@@ -42,7 +42,7 @@ fn records(c: &mut Criterion) {
         b.iter(|| {
             out.clear();
             body.clear();
-            rec.encode(&mut body);
+            rec.encode(&mut body).unwrap();
             encode_frame(&mut out, seed, rec.kind(), 7, &body);
             out.len()
         })

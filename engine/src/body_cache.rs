@@ -3,7 +3,13 @@
 //! Peek calls never read. Owned by one shard (one core).
 
 use lru::LruCache;
+use std::collections::HashSet;
 use std::rc::Rc;
+
+/// Bytes each entry costs besides its body: the key, the `Rc` header, the
+/// LRU node and its hash slot. Counted so that tiny or empty bodies cannot
+/// grow the cache without bound.
+pub const ENTRY_OVERHEAD: usize = 96;
 
 /// Where a body lives: segment and byte offset of the text.
 pub type BodyKey = (u64, u64);
@@ -12,6 +18,8 @@ pub struct BodyCache {
     lru: LruCache<BodyKey, Rc<[u8]>>,
     bytes: usize,
     capacity: usize,
+    /// Keys being read from disk; `remove` cancels their insert.
+    loading: HashSet<BodyKey>,
     pub hits: u64,
     pub misses: u64,
 }
@@ -22,6 +30,7 @@ impl BodyCache {
             lru: LruCache::unbounded(),
             bytes: 0,
             capacity,
+            loading: HashSet::new(),
             hits: 0,
             misses: 0,
         }
@@ -37,28 +46,59 @@ impl BodyCache {
         hit
     }
 
+    fn cost(body: &[u8]) -> usize {
+        body.len() + ENTRY_OVERHEAD
+    }
+
     pub fn insert(&mut self, key: BodyKey, body: Rc<[u8]>) {
-        if body.len() > self.capacity {
+        if Self::cost(&body) > self.capacity {
             return;
         }
-        self.bytes += body.len();
+        self.bytes += Self::cost(&body);
         if let Some(old) = self.lru.put(key, body) {
-            self.bytes -= old.len();
+            self.bytes -= Self::cost(&old);
         }
         while self.bytes > self.capacity {
             let (_, evicted) = self.lru.pop_lru().expect("bytes > 0 implies entries");
-            self.bytes -= evicted.len();
+            self.bytes -= Self::cost(&evicted);
         }
     }
 
     pub fn remove(&mut self, key: BodyKey) {
+        self.loading.remove(&key);
         if let Some(old) = self.lru.pop(&key) {
-            self.bytes -= old.len();
+            self.bytes -= Self::cost(&old);
         }
+    }
+
+    /// A read of `key` from disk starts.
+    pub fn begin_load(&mut self, key: BodyKey) {
+        self.loading.insert(key);
+    }
+
+    /// The read of `key` finished: cache `body` unless the key was removed
+    /// (its message deleted or moved) while the read was in flight.
+    pub fn finish_load(&mut self, key: BodyKey, body: Rc<[u8]>) {
+        if self.loading.remove(&key) {
+            self.insert(key, body);
+        }
+    }
+
+    pub fn abort_load(&mut self, key: BodyKey) {
+        self.loading.remove(&key);
     }
 
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Number of cached bodies.
+    pub fn len(&self) -> usize {
+        self.lru.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lru.is_empty()
     }
 }
 
@@ -68,17 +108,27 @@ mod tests {
 
     #[test]
     fn stays_within_capacity_and_evicts_least_recent() {
-        let mut c = BodyCache::new(10);
+        let mut c = BodyCache::new(10 + 2 * ENTRY_OVERHEAD);
         c.insert((1, 0), Rc::from(&b"aaaa"[..]));
         c.insert((1, 4), Rc::from(&b"bbbb"[..]));
         assert!(c.get((1, 0)).is_some()); // (1,4) is now least recent
         c.insert((1, 8), Rc::from(&b"cccc"[..]));
-        assert_eq!(c.bytes(), 8);
+        assert_eq!(c.bytes(), 8 + 2 * ENTRY_OVERHEAD);
         assert!(c.get((1, 4)).is_none());
         assert!(c.get((1, 0)).is_some());
-        c.insert((2, 0), Rc::from(&[0u8; 11][..])); // larger than the cache: not kept
-        assert_eq!(c.bytes(), 8);
+        c.insert((2, 0), Rc::from(&[0u8; 11 + 2 * ENTRY_OVERHEAD][..])); // larger than the cache: not kept
+        assert_eq!(c.bytes(), 8 + 2 * ENTRY_OVERHEAD);
         c.remove((1, 0));
-        assert_eq!(c.bytes(), 4);
+        assert_eq!(c.bytes(), 4 + ENTRY_OVERHEAD);
+    }
+
+    #[test]
+    fn empty_bodies_cannot_grow_it_without_bound() {
+        let mut c = BodyCache::new(64 * 1024);
+        for i in 0..100_000 {
+            c.insert((1, i), Rc::from(&b""[..]));
+        }
+        assert!(c.len() <= 64 * 1024 / 64, "{} empty bodies cached", c.len());
+        assert!(c.bytes() <= 64 * 1024);
     }
 }

@@ -28,6 +28,10 @@ pub enum StorageError {
     /// The directory belongs to another shard or format.
     #[error("{0}")]
     Mismatch(String),
+    /// A record that cannot be framed (a length over its field). Nothing was
+    /// appended; the input should have been refused by validation.
+    #[error("record cannot be written: {0}")]
+    Unencodable(String),
 }
 
 impl StorageError {

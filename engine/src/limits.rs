@@ -41,8 +41,26 @@ pub const SEGMENT_HEADER_LEN: u64 = 4096;
 pub const MAX_RECORD_BODY: usize = 128 * 1024;
 /// Default segment size at which the writer rotates.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Smallest segment size accepted (tests use small segments to exercise rotation).
-pub const MIN_SEGMENT_BYTES: u64 = 64 * 1024;
+/// Largest record body the writer appends: a full message state (76 bytes
+/// plus 64 KiB of text) or a queue definition (8 KiB of metadata with its
+/// length fields, five access policies, names) both fit well within it.
+/// Anything larger is refused with an error before it is appended.
+pub const MAX_APPEND_BODY: usize = 80 * 1024;
+/// Smallest segment size accepted (tests use small segments to exercise
+/// rotation). It must hold the header, one commit of the largest record (with
+/// a clock record beside it) and the SEGMENT_END, each padded to 4 KiB, so a
+/// fresh segment always has room and no batch ever crosses the end.
+pub const MIN_SEGMENT_BYTES: u64 = 128 * 1024;
+const _: () = assert!(SEGMENT_HEADER_LEN + 2 * 4096 + (MAX_APPEND_BODY as u64 + 4 * 1024) <= MIN_SEGMENT_BYTES);
+/// Longest `Start` / `Expiry` of a stored access policy: an ISO 8601 time
+/// (`2030-01-01T00:00:00.0000000Z` is 28 characters).
+pub const MAX_ACL_TIME_LEN: usize = 64;
+/// A stored access policy's permission: the letters r, a, u, p, each at most once (§2.11).
+pub const ACL_PERMISSION_LETTERS: &str = "raup";
+/// How far ahead of the current time the shard records its clock floor
+/// (a CLOCK record), so at most one such record is written per this many
+/// milliseconds. After a restart the clock may start up to this far ahead.
+pub const CLOCK_LEASE_MS: u64 = 1_000;
 /// Default size of the per-shard message body cache.
 pub const DEFAULT_BODY_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// A group commit closes its batch at this many bytes; later records wait for

@@ -79,8 +79,26 @@ pub fn validate_acl(acl: &[SignedIdentifier]) -> Result<(), QueueError> {
             return bad(format!("Signed identifier '{}' appears more than once.", si.id));
         }
         if let Some(p) = &si.permission {
-            if !p.chars().all(|c| matches!(c, 'r' | 'a' | 'u' | 'p')) {
-                return bad(format!("Permission '{p}' may only contain the letters r, a, u and p."));
+            // Each of r, a, u, p at most once: so at most four characters, and
+            // a record can never be asked to hold a huge string.
+            let mut seen = String::new();
+            for c in p.chars() {
+                if !ACL_PERMISSION_LETTERS.contains(c) || seen.contains(c) {
+                    let shown: String = p.chars().take(8).collect();
+                    return bad(format!(
+                        "Permission '{shown}' may only contain the letters r, a, u and p, each at most once."
+                    ));
+                }
+                seen.push(c);
+            }
+        }
+        for t in [&si.start, &si.expiry].into_iter().flatten() {
+            let iso = t.bytes().all(|b| b.is_ascii_digit() || b"-:.TZ+".contains(&b));
+            if t.len() > MAX_ACL_TIME_LEN || !iso {
+                let shown: String = t.chars().take(32).collect();
+                return bad(format!(
+                    "Start and Expiry must be ISO 8601 times of at most {MAX_ACL_TIME_LEN} characters, not '{shown}'."
+                ));
             }
         }
     }
@@ -199,6 +217,16 @@ mod tests {
         };
         assert!(validate_acl(&[si("a", Some("raup")), si("b", None)]).is_ok());
         assert!(validate_acl(&[si("a", Some("rw"))]).is_err());
+        assert!(validate_acl(&[si("a", Some("rr"))]).is_err(), "a repeated letter");
+        assert!(validate_acl(&[si("a", Some("puar"))]).is_ok());
+        let timed = |t: &str| SignedIdentifier {
+            id: "t".into(),
+            start: Some(t.into()),
+            ..Default::default()
+        };
+        assert!(validate_acl(&[timed("2030-01-01T00:00:00.0000000Z")]).is_ok());
+        assert!(validate_acl(&[timed(&"2".repeat(MAX_ACL_TIME_LEN + 1))]).is_err());
+        assert!(validate_acl(&[timed("tomorrow")]).is_err());
         assert!(validate_acl(&[si("a", None), si("a", None)]).is_err());
         assert!(validate_acl(&[si("", None)]).is_err());
         assert!(validate_acl(&[si(&"x".repeat(65), None)]).is_err());

@@ -133,7 +133,18 @@ impl Queue {
         self.expiry.insert((m.expires_ms, m.seq));
         self.by_id.insert(m.id, m.seq);
         self.messages.insert(m.seq, m);
+        self.check_sizes();
         old
+    }
+
+    /// The cheap part of [`Queue::check_invariants`], run at every
+    /// transition in debug and test builds: all indexes hold every message.
+    fn check_sizes(&self) {
+        if cfg!(debug_assertions) {
+            assert_eq!(self.messages.len(), self.visibility.len(), "visibility index size");
+            assert_eq!(self.messages.len(), self.expiry.len(), "expiry index size");
+            assert_eq!(self.messages.len(), self.by_id.len(), "id index size");
+        }
     }
 
     pub fn remove(&mut self, seq: u64) -> Option<Message> {
@@ -141,6 +152,7 @@ impl Queue {
         self.visibility.remove(m.visible_ms, seq);
         self.expiry.remove(&(m.expires_ms, seq));
         self.by_id.remove(&m.id);
+        self.check_sizes();
         Some(m)
     }
 
@@ -245,5 +257,17 @@ mod tests {
         assert_eq!(gone, vec![1, 2]);
         assert_eq!(q.len(), 1);
         q.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "id index")]
+    fn a_transition_that_breaks_an_index_is_caught_where_it_happens() {
+        // Two messages with one id: the id index loses one. The check must
+        // fire at the transition, not at the next open.
+        let mut q = Queue::new(1, "a".into(), "q".into(), Metadata::default());
+        q.upsert(msg(1, 0, 100));
+        let mut twin = msg(2, 0, 100);
+        twin.id = Uuid::from_u64_pair(0, 1);
+        q.upsert(twin);
     }
 }

@@ -22,7 +22,9 @@ use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, Sign
 use crate::queue::{BodyLoc, Message, Queue};
 use crate::wal::frame::FRAME_HEADER_LEN;
 use crate::wal::record::{Dequeued, MessageState, Record, MESSAGE_STATE_FIXED};
-use crate::wal::{RecordPos, RecoveryMode, RecoveryReport, SegmentStat, Wal, WalConfig};
+use crate::wal::{segment_name, RecordPos, RecoveryMode, RecoveryReport, SegmentReader, SegmentStat, Wal, WalConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -39,6 +41,16 @@ pub struct ShardConfig {
     /// Azurite compatibility: answer a stale pop receipt with 400
     /// `PopReceiptMismatch` instead of Azure's 404 `MessageNotFound`.
     pub stale_receipt_is_mismatch: bool,
+    /// Seed of the generator of pop-receipt nonces. `None` (production):
+    /// seeded from the operating system, so receipts cannot be guessed.
+    /// `Some` only for deterministic tests and simulation.
+    pub rng_seed: Option<u64>,
+    /// How far ahead of now the clock floor is recorded (CLOCK_LEASE_MS by
+    /// default): at most one CLOCK record per this many milliseconds, and
+    /// after a restart time may start up to this far ahead. Zero records
+    /// every new millisecond an answer uses (the model test, which compares
+    /// times exactly across restarts).
+    pub clock_lease_ms: u64,
 }
 
 impl ShardConfig {
@@ -49,6 +61,8 @@ impl ShardConfig {
             body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
             recovery: RecoveryMode::Strict,
             stale_receipt_is_mismatch: false,
+            rng_seed: None,
+            clock_lease_ms: CLOCK_LEASE_MS,
         }
     }
 }
@@ -133,9 +147,15 @@ pub struct QueueDump {
 struct State {
     queues: HashMap<u64, Queue>,
     names: BTreeMap<(String, String), u64>,
-    /// Source of queue ids, message sequence numbers and receipt nonces.
-    /// Recovered as one more than the largest seen.
+    /// Source of queue ids and message sequence numbers (receipt nonces are
+    /// random). Recovered as one more than the largest seen.
     next_id: u64,
+    /// Every answer so far was computed at a time at or below this; it is in
+    /// the log (a CLOCK record at `clock_pos`, LSN `clock_lsn`), so after a
+    /// restart time starts here even if the wall clock stepped back.
+    clock_floor: u64,
+    clock_lsn: u64,
+    clock_pos: Option<(u64, u32)>,
     /// During replay only: messages of queues whose definition has not been
     /// seen yet. Compaction rewrites a queue's definition at the head of the
     /// log, after records of its messages, so those come first on replay.
@@ -147,6 +167,15 @@ impl State {
         let id = self.next_id;
         self.next_id += 1;
         id
+    }
+
+    /// Every queue's indexes agree. Run after every mutation in debug and
+    /// test builds; queues above 10,000 messages are skipped there, because
+    /// the check is linear and a debug server under load would crawl.
+    fn check_invariants(&self) {
+        for q in self.queues.values().filter(|q| q.len() <= 10_000) {
+            q.check_invariants();
+        }
     }
 
     fn lookup(&self, account: &str, name: &str) -> Option<u64> {
@@ -171,7 +200,9 @@ impl State {
 
     /// Applies one replayed record.
     fn replay(&mut self, rec: Record, pos: RecordPos) {
-        let bump = |next: &mut u64, v: u64| *next = (*next).max(v + 1);
+        // Saturating: values come from disk (they passed their checksums,
+        // but a bug must not turn into an overflow here).
+        let bump = |next: &mut u64, v: u64| *next = (*next).max(v.saturating_add(1));
         match rec {
             Record::QueueDefined {
                 qid,
@@ -204,7 +235,8 @@ impl State {
                 }
             }
             Record::MessagePut(m) | Record::MessageRewritten(m) | Record::MessageReplaced(m) => {
-                for v in [m.qid, m.seq, m.receipt] {
+                // Receipts are random nonces, not ids: they do not move next_id.
+                for v in [m.qid, m.seq] {
                     bump(&mut self.next_id, v);
                 }
                 self.replay_queue(m.qid).upsert(message_from_state(&m, pos));
@@ -214,9 +246,6 @@ impl State {
                 visible_ms,
                 entries,
             } => {
-                for e in &entries {
-                    bump(&mut self.next_id, e.receipt);
-                }
                 let q = self.replay_queue(qid);
                 for e in entries {
                     if q.get(e.seq).is_some() {
@@ -230,7 +259,6 @@ impl State {
                 visible_ms,
                 receipt,
             } => {
-                bump(&mut self.next_id, receipt);
                 let q = self.replay_queue(qid);
                 if q.get(seq).is_some() {
                     q.set_visibility(seq, visible_ms, receipt, None);
@@ -242,7 +270,15 @@ impl State {
             Record::QueueCleared { qid } => {
                 self.replay_queue(qid).clear();
             }
-            Record::Commit { .. } | Record::SegmentEnd => unreachable!("recovery passes only state records"),
+            Record::Clock { floor_ms } => {
+                if floor_ms >= self.clock_floor {
+                    self.clock_floor = floor_ms;
+                    self.clock_pos = Some((pos.seg, pos.frame_len));
+                }
+            }
+            Record::Commit { .. } | Record::SegmentEnd { .. } => {
+                unreachable!("recovery passes only state records")
+            }
         }
     }
 }
@@ -282,13 +318,33 @@ fn state_of(qid: u64, m: &Message, body: Vec<u8>) -> MessageState {
 /// Appends a QUEUE_DEFINED record with the queue's whole current definition
 /// and moves the queue's pin to it (`replaces`: the queue already had one).
 fn write_definition<D: Disk>(wal: &Wal<D>, q: &mut Queue, replaces: bool) -> Result<RecordPos, StorageError> {
-    let pos = wal.append(&Record::QueueDefined {
+    let (metadata, acl) = (q.metadata.clone(), q.acl.clone());
+    write_new_definition(wal, q, metadata, acl, replaces)
+}
+
+/// Appends a QUEUE_DEFINED record with `metadata` and `acl`, and only once
+/// it is appended makes them the queue's: a record that cannot be appended
+/// leaves the queue as it was.
+fn write_new_definition<D: Disk>(
+    wal: &Wal<D>,
+    q: &mut Queue,
+    metadata: Metadata,
+    acl: Vec<SignedIdentifier>,
+    replaces: bool,
+) -> Result<RecordPos, StorageError> {
+    let rec = Record::QueueDefined {
         qid: q.qid,
         account: q.account.clone(),
         name: q.name.clone(),
-        metadata: q.metadata.clone(),
-        acl: q.acl.clone(),
-    })?;
+        metadata,
+        acl,
+    };
+    let pos = wal.append(&rec)?;
+    let Record::QueueDefined { metadata, acl, .. } = rec else {
+        unreachable!("built above")
+    };
+    q.metadata = metadata;
+    q.acl = acl;
     if replaces {
         wal.unpin(q.def_seg, q.def_frame_len);
     }
@@ -335,7 +391,7 @@ enum BodySource<F> {
     Cached(Rc<[u8]>),
     // The file handle is taken while the message is known live, so the read
     // works even if compaction removes the segment in the meantime.
-    Disk(Rc<F>, BodyLoc),
+    Disk(SegmentReader<F>, BodyLoc),
 }
 
 pub struct Shard<D: Disk> {
@@ -346,6 +402,11 @@ pub struct Shard<D: Disk> {
     cache: RefCell<BodyCache>,
     recovery: RecoveryReport,
     compacting: Cell<bool>,
+    /// Pop-receipt nonces: 64 bits each from a CSPRNG, so a receipt cannot
+    /// be derived from another one or from a message id.
+    rng: RefCell<StdRng>,
+    /// The latest time any operation used: time never goes backwards.
+    last_time: Cell<u64>,
 }
 
 impl<D: Disk> Shard<D> {
@@ -355,6 +416,9 @@ impl<D: Disk> Shard<D> {
             queues: HashMap::new(),
             names: BTreeMap::new(),
             next_id: 1,
+            clock_floor: 0,
+            clock_lsn: 0,
+            clock_pos: None,
             orphans: HashMap::new(),
         };
         let wal_cfg = WalConfig {
@@ -365,9 +429,14 @@ impl<D: Disk> Shard<D> {
         let (wal, report) = Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
         // Messages of queues that were never (re)defined belong to deleted queues.
         state.orphans.clear();
-        // Expired messages need no record: drop them now. Then every live
-        // record pins its segment.
-        let now = clock.now_ms();
+        // Expired messages need no record: drop those expired by the recorded
+        // clock floor (every answer given before the restart was at or below
+        // it, so none of them can come back). Later ones go once an operation
+        // has recorded a later time. Then every live record pins its segment.
+        let now = state.clock_floor;
+        if let Some((seg, len)) = state.clock_pos {
+            wal.pin(seg, len);
+        }
         for q in state.queues.values_mut() {
             q.purge_expired(now);
             q.check_invariants();
@@ -391,6 +460,11 @@ impl<D: Disk> Shard<D> {
             cache: RefCell::new(BodyCache::new(cfg.body_cache_bytes)),
             recovery: report,
             compacting: Cell::new(false),
+            rng: RefCell::new(match cfg.rng_seed {
+                Some(seed) => StdRng::seed_from_u64(seed),
+                None => StdRng::from_entropy(),
+            }),
+            last_time: Cell::new(now),
         })
     }
 
@@ -406,24 +480,100 @@ impl<D: Disk> Shard<D> {
         &self.cfg
     }
 
+    /// The wall clock, but never earlier than any time used before (in this
+    /// process, or before a restart through the recorded floor).
     fn now(&self) -> u64 {
-        self.clock.now_ms()
+        let t = self.clock.now_ms().max(self.last_time.get());
+        self.last_time.set(t);
+        t
+    }
+
+    fn nonce(&self) -> u64 {
+        self.rng.borrow_mut().gen()
+    }
+
+    /// Makes sure the log records a time at or above `now` before an answer
+    /// computed at `now` is given: appends a CLOCK record `CLOCK_LEASE_MS`
+    /// ahead when `now` has passed the floor. Returns the LSN to wait for.
+    /// Call after [`Wal::reserve`], with no await in between.
+    fn cover_time(&self, st: &mut State, now: u64) -> Result<u64, StorageError> {
+        if now <= st.clock_floor {
+            return Ok(st.clock_lsn);
+        }
+        let floor = now.saturating_add(self.cfg.clock_lease_ms);
+        self.write_clock(st, floor)
+    }
+
+    fn write_clock(&self, st: &mut State, floor: u64) -> Result<u64, StorageError> {
+        let pos = self.wal.append(&Record::Clock { floor_ms: floor })?;
+        if let Some((seg, len)) = st.clock_pos.replace((pos.seg, pos.frame_len)) {
+            self.wal.unpin(seg, len);
+        }
+        self.wal.pin(pos.seg, pos.frame_len);
+        st.clock_floor = floor;
+        st.clock_lsn = pos.lsn;
+        Ok(pos.lsn)
+    }
+
+    /// The time a read answers at, and the LSN that makes it safe: the wall
+    /// clock if it can be recorded, else the recorded floor (while the log
+    /// cannot take a CLOCK record, e.g. the disk is full, time stands still
+    /// for the queues instead of moving past what a restart would know).
+    fn read_time(&self, st: &mut State, reserved: bool) -> (u64, u64) {
+        let now = self.now();
+        if now <= st.clock_floor {
+            return (now, st.clock_lsn);
+        }
+        if reserved {
+            if let Ok(lsn) = self.cover_time(st, now) {
+                return (now, lsn);
+            }
+        }
+        (st.clock_floor, st.clock_lsn)
+    }
+
+    /// Reserves log space if a read will need a CLOCK record; `false` if it
+    /// cannot have one.
+    async fn reserve_for_read(&self) -> bool {
+        let now = self.clock.now_ms().max(self.last_time.get());
+        if now <= self.st.borrow().clock_floor {
+            return true;
+        }
+        self.wal.reserve(now).await.is_ok()
     }
 
     /// Runs one mutation: reserve, then (synchronously) validate + append +
     /// apply in `f`, which returns its answer and the LSN to wait for; then
-    /// wait for the group commit that makes it durable.
+    /// wait for the group commit that makes it durable. An error is answered
+    /// only once everything appended before it is durable too: it may depend
+    /// on pending state (a retried Delete finding the first one's tombstone),
+    /// and must not be taken back by a crash any more than a success.
     async fn mutate<T>(
         &self,
         f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>,
     ) -> Result<T, QueueError> {
         self.wal.reserve(self.now()).await?;
-        let (out, lsn) = {
+        let result = {
             let mut st = self.st.borrow_mut();
-            f(&mut st, &self.wal, self.now())?
+            let now = self.now();
+            let clock_lsn = self.cover_time(&mut st, now)?;
+            let r = f(&mut st, &self.wal, now);
+            if cfg!(debug_assertions) {
+                st.check_invariants();
+            }
+            r.map(|(out, lsn)| (out, lsn.max(clock_lsn)))
+                .map_err(|e| (e, self.wal.last_lsn()))
         };
-        self.wal.wait_durable(lsn).await?;
-        Ok(out)
+        match result {
+            Ok((out, lsn)) => {
+                self.wal.wait_durable(lsn).await?;
+                Ok(out)
+            }
+            Err((e, last)) => {
+                self.wal.wait_durable(last).await?;
+                Err(e)
+            }
+        }
     }
 
     /// Waits until everything a read of `qid` could show is durable.
@@ -434,6 +584,20 @@ impl<D: Disk> Shard<D> {
     fn unpin_message(&self, m: &Message) {
         self.wal.unpin(m.body.seg, m.body.frame_len);
         self.cache.borrow_mut().remove((m.body.seg, m.body.offset));
+    }
+
+    /// Rewrites the shard's CLOCK record at the head of the log if it sits in
+    /// `seg`, so compaction never loses the floor.
+    fn rewrite_clock(&self, seg: u64) -> Result<u64, StorageError> {
+        let mut st = self.st.borrow_mut();
+        match st.clock_pos {
+            Some((s, _)) if s == seg => {
+                let floor = st.clock_floor;
+                self.write_clock(&mut st, floor)?;
+                Ok(1)
+            }
+            _ => Ok(0),
+        }
     }
 
     fn purge(&self, q: &mut Queue, now: u64) -> u64 {
@@ -506,11 +670,19 @@ impl<D: Disk> Shard<D> {
 
     /// Replaces a queue's metadata and/or access policies with one full
     /// QueueDefined record, so the queue's definition is always in one record.
-    async fn redefine(&self, account: &str, name: &str, change: impl FnOnce(&mut Queue)) -> Result<(), QueueError> {
+    /// The queue is changed only after the record is appended: a record that
+    /// cannot be appended leaves memory and log in agreement.
+    async fn redefine(
+        &self,
+        account: &str,
+        name: &str,
+        change: impl FnOnce(&mut Metadata, &mut Vec<SignedIdentifier>),
+    ) -> Result<(), QueueError> {
         self.mutate(|st, wal, _| {
             let q = st.queue_mut(account, name)?;
-            change(q);
-            let pos = write_definition(wal, q, true)?;
+            let (mut metadata, mut acl) = (q.metadata.clone(), q.acl.clone());
+            change(&mut metadata, &mut acl);
+            let pos = write_new_definition(wal, q, metadata, acl, true)?;
             Ok(((), pos.lsn))
         })
         .await
@@ -518,46 +690,40 @@ impl<D: Disk> Shard<D> {
 
     pub async fn set_metadata(&self, account: &str, name: &str, metadata: Metadata) -> Result<(), QueueError> {
         metadata.validate()?;
-        self.redefine(account, name, |q| q.metadata = metadata).await
+        self.redefine(account, name, |m, _| *m = metadata).await
     }
 
     pub async fn set_acl(&self, account: &str, name: &str, acl: Vec<SignedIdentifier>) -> Result<(), QueueError> {
         validate_acl(&acl)?;
-        self.redefine(account, name, |q| q.acl = acl).await
+        self.redefine(account, name, |_, a| *a = acl).await
     }
 
-    /// Reads a queue after its newest record is durable. A missing queue waits
-    /// for everything pending, since its deletion may not be durable yet.
+    /// Reads a queue: the answer is captured synchronously, then the read
+    /// waits until everything it depends on is durable (the queue's newest
+    /// record, or for a missing queue everything appended so far, since its
+    /// deletion may be pending) and only then replies. One wait, so a steady
+    /// stream of writes cannot starve it.
     async fn read_queue<T>(
         &self,
         account: &str,
         name: &str,
-        f: impl Fn(&mut Queue, u64) -> T,
+        f: impl FnOnce(&mut Queue, u64) -> T,
     ) -> Result<T, QueueError> {
-        loop {
-            let lsn = {
-                let st = self.st.borrow();
-                match st.lookup(account, name) {
-                    Some(qid) => st.queues[&qid].last_lsn,
-                    None => self.wal.last_lsn(),
-                }
-            };
-            self.settle(lsn).await?;
-            let now = self.now();
+        let reserved = self.reserve_for_read().await;
+        let (out, lsn) = {
             let mut st = self.st.borrow_mut();
-            let Some(qid) = st.lookup(account, name) else {
-                if self.wal.durable_lsn() >= self.wal.last_lsn() {
-                    return Err(QueueError::QueueNotFound);
+            let (now, clock_lsn) = self.read_time(&mut st, reserved);
+            match st.lookup(account, name) {
+                Some(qid) => {
+                    let q = st.queues.get_mut(&qid).expect("named queue exists");
+                    self.purge(q, now);
+                    (Ok(f(q, now)), q.last_lsn.max(clock_lsn))
                 }
-                continue;
-            };
-            let q = st.queues.get_mut(&qid).expect("named queue exists");
-            if q.last_lsn > self.wal.durable_lsn() {
-                continue; // changed while we waited
+                None => (Err(QueueError::QueueNotFound), self.wal.last_lsn()),
             }
-            self.purge(q, now);
-            return Ok(f(q, now));
-        }
+        };
+        self.settle(lsn).await?;
+        out
     }
 
     pub async fn get_properties(&self, account: &str, name: &str) -> Result<QueueProperties, QueueError> {
@@ -582,7 +748,21 @@ impl<D: Disk> Shard<D> {
         from: Option<&str>,
         max: usize,
     ) -> Result<(Vec<QueueListing>, bool), QueueError> {
-        self.settle(self.wal.last_lsn()).await?;
+        // Captured now, durable before the reply: the answer depends on every
+        // queue's existence and metadata, so it waits for everything appended.
+        let (page, lsn) = self.list_page(account, prefix, from, max);
+        self.settle(lsn).await?;
+        Ok(page)
+    }
+
+    fn list_page(
+        &self,
+        account: &str,
+        prefix: &str,
+        from: Option<&str>,
+        max: usize,
+    ) -> ((Vec<QueueListing>, bool), u64) {
+        let lsn = self.wal.last_lsn();
         let st = self.st.borrow();
         let start = match from {
             Some(f) if f > prefix => f.to_string(),
@@ -595,14 +775,14 @@ impl<D: Disk> Shard<D> {
                 break;
             }
             if out.len() == max {
-                return Ok((out, true));
+                return ((out, true), lsn);
             }
             out.push(QueueListing {
                 name: name.clone(),
                 metadata: st.queues[qid].metadata.clone(),
             });
         }
-        Ok((out, false))
+        ((out, false), lsn)
     }
 
     // ----- messages -----
@@ -641,7 +821,7 @@ impl<D: Disk> Shard<D> {
         self.mutate(|st, wal, now| {
             let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
             let seq = st.id();
-            let receipt = st.id();
+            let receipt = self.nonce();
             let expires_ms = if ttl == -1 {
                 EXPIRY_NEVER_MS
             } else {
@@ -699,7 +879,6 @@ impl<D: Disk> Shard<D> {
         let picked = self
             .mutate(|st, wal, now| {
                 let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
-                let first_id = st.next_id;
                 let q = st.queues.get_mut(&qid).expect("named queue exists");
                 self.purge(q, now);
                 let seqs = q.visible(now, n);
@@ -709,11 +888,10 @@ impl<D: Disk> Shard<D> {
                 let visible_ms = secs_after(now, vt);
                 let entries: Vec<Dequeued> = seqs
                     .iter()
-                    .enumerate()
-                    .map(|(i, &seq)| Dequeued {
+                    .map(|&seq| Dequeued {
                         seq,
                         dequeue_count: q.get(seq).expect("visible message exists").dequeue_count + 1,
-                        receipt: first_id + i as u64,
+                        receipt: self.nonce(),
                     })
                     .collect();
                 let pos = wal.append(&Record::MessagesDequeued {
@@ -728,7 +906,6 @@ impl<D: Disk> Shard<D> {
                     let m = q.get(e.seq).expect("message exists").clone();
                     out.push((m, self.body_source(e.seq, q)));
                 }
-                st.next_id += entries.len() as u64;
                 Ok((out, pos.lsn))
             })
             .await?;
@@ -758,7 +935,7 @@ impl<D: Disk> Shard<D> {
     fn source_of(&self, loc: BodyLoc) -> Option<BodySource<D::File>> {
         match self.cache.borrow_mut().get((loc.seg, loc.offset)) {
             Some(b) => Some(BodySource::Cached(b)),
-            None => self.wal.segment_file(loc.seg).map(|f| BodySource::Disk(f, loc)),
+            None => self.wal.segment_reader(loc.seg).map(|r| BodySource::Disk(r, loc)),
         }
     }
 
@@ -776,14 +953,51 @@ impl<D: Disk> Shard<D> {
     async fn load(&self, src: BodySource<D::File>) -> Result<String, QueueError> {
         let bytes = match src {
             BodySource::Cached(b) => b,
-            BodySource::Disk(file, loc) => {
-                let data = self.wal.read_from(&file, loc.seg, loc.offset, loc.len as usize).await?;
-                let b: Rc<[u8]> = Rc::from(data);
-                self.cache.borrow_mut().insert((loc.seg, loc.offset), b.clone());
-                b
+            BodySource::Disk(r, loc) => {
+                let key = (loc.seg, loc.offset);
+                // A delete while the read is in flight cancels the insert
+                // below, so a dead message's body never goes back in.
+                self.cache.borrow_mut().begin_load(key);
+                let read = self.read_text(&r, loc).await;
+                let mut cache = self.cache.borrow_mut();
+                match read {
+                    Ok(data) => {
+                        let b: Rc<[u8]> = Rc::from(data);
+                        cache.finish_load(key, b.clone());
+                        b
+                    }
+                    Err(e) => {
+                        cache.abort_load(key);
+                        return Err(e.into());
+                    }
+                }
             }
         };
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        // Text came in as a String and passed its checksum: invalid UTF-8
+        // here means a bug or corruption, and is never papered over.
+        String::from_utf8(bytes.to_vec()).map_err(|_| QueueError::Internal {
+            reason: "message text is not UTF-8 although its checksum matched".into(),
+        })
+    }
+
+    /// Reads a message's text from its record on disk, verifying the
+    /// record's checksums first.
+    async fn read_text(&self, r: &SegmentReader<D::File>, loc: BodyLoc) -> Result<Vec<u8>, StorageError> {
+        let fixed = (FRAME_HEADER_LEN + MESSAGE_STATE_FIXED) as u64;
+        let frame_offset = loc.offset.checked_sub(fixed).ok_or_else(|| StorageError::Corruption {
+            file: segment_name(loc.seg),
+            offset: loc.offset,
+            reason: "message text offset lies inside the segment header".into(),
+        })?;
+        let body = self.wal.read_record(r, frame_offset, loc.frame_len).await?;
+        match body.get(MESSAGE_STATE_FIXED..) {
+            Some(text) if text.len() == loc.len as usize => Ok(text.to_vec()),
+            _ => Err(StorageError::Corruption {
+                file: segment_name(loc.seg),
+                offset: frame_offset,
+                reason: format!("record holds no message text of {} bytes", loc.len),
+            }),
+        }
     }
 
     /// Peek Messages (§2.14): visible messages, no side effects.
@@ -876,7 +1090,7 @@ impl<D: Disk> Shard<D> {
             check_text(t)?;
         }
         self.mutate(|st, wal, now| {
-            let nonce = st.next_id;
+            let nonce = self.nonce();
             let q = st.queue_mut(account, name)?;
             self.purge(q, now);
             let seq = self.find_with_receipt(q, id, &receipt)?;
@@ -918,7 +1132,6 @@ impl<D: Disk> Shard<D> {
                 }
             };
             q.last_lsn = pos.lsn;
-            st.next_id += 1;
             Ok((
                 UpdateReceipt {
                     pop_receipt: PopReceipt { nonce, seq }.encode(),
@@ -954,13 +1167,17 @@ impl<D: Disk> Shard<D> {
             return Ok(report);
         }
         let result = async {
-            let now = self.now();
-            {
+            // Purging at a time the log has not recorded would let a
+            // restart with an earlier clock bring the messages back.
+            let reserved = self.reserve_for_read().await;
+            let now = {
                 let mut st = self.st.borrow_mut();
+                let (now, _) = self.read_time(&mut st, reserved);
                 for q in st.queues.values_mut() {
                     report.expired += self.purge(q, now);
                 }
-            }
+                now
+            };
             self.wal.prepare_ahead(now).await?;
             loop {
                 if self.wal.remove_oldest_if_dead().await? {
@@ -995,7 +1212,8 @@ impl<D: Disk> Shard<D> {
 
     /// Rewrites every live record of `seg` at the head of the log.
     async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
-        let mut rewritten = 0;
+        self.wal.reserve(self.now()).await?;
+        let mut rewritten = self.rewrite_clock(seg)?;
         // Queue definitions first: they are small and need no reads.
         let qids: Vec<u64> = self
             .st
@@ -1027,9 +1245,12 @@ impl<D: Disk> Shard<D> {
         };
         for (qid, seq, loc) in msgs {
             let Some(src) = self.source_of(loc) else { continue };
-            let body = match src {
-                BodySource::Cached(b) => b.to_vec(),
-                BodySource::Disk(f, loc) => self.wal.read_from(&f, loc.seg, loc.offset, loc.len as usize).await?,
+            // Never rewrite what could not be verified: a corrupt body would
+            // be laundered under a fresh checksum and the evidence deleted.
+            // The error stops compaction; the segment stays for the operator.
+            let (body, cached) = match src {
+                BodySource::Cached(b) => (b.to_vec(), Some(b)),
+                BodySource::Disk(r, loc) => (self.read_text(&r, loc).await?, None),
             };
             self.wal.reserve(self.now()).await?;
             let mut st = self.st.borrow_mut();
@@ -1045,6 +1266,13 @@ impl<D: Disk> Shard<D> {
             self.wal.pin(fresh.body.seg, fresh.body.frame_len);
             q.set_body(seq, fresh.body);
             q.last_lsn = pos.lsn;
+            // The cache follows the body to its new place; the old key would
+            // only hold memory until evicted.
+            let mut cache = self.cache.borrow_mut();
+            cache.remove((m.body.seg, m.body.offset));
+            if let Some(b) = cached {
+                cache.insert((fresh.body.seg, fresh.body.offset), b);
+            }
             rewritten += 1;
         }
         self.wal.wait_durable(self.wal.last_lsn()).await?;
@@ -1060,6 +1288,11 @@ impl<D: Disk> Shard<D> {
     pub fn cache_stats(&self) -> (u64, u64, usize) {
         let c = self.cache.borrow();
         (c.hits, c.misses, c.bytes())
+    }
+
+    /// Number of bodies in the cache.
+    pub fn cache_len(&self) -> usize {
+        self.cache.borrow().len()
     }
 
     /// Every queue with every message and its text, in canonical order.
@@ -1103,5 +1336,35 @@ impl<D: Disk> Shard<D> {
             );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::disk::sim::SimDisk;
+    use futures::executor::block_on;
+
+    #[test]
+    fn a_definition_that_cannot_be_appended_leaves_the_queue_unchanged() {
+        block_on(async {
+            let clock = Rc::new(ManualClock::new(1_800_000_000_000));
+            let s = Shard::open(SimDisk::new(), ShardConfig::new(0), clock).await.unwrap();
+            s.create_queue("acct", "que", Metadata::default()).await.unwrap();
+            // Past validation (which refuses it), straight to redefine: the
+            // record cannot be encoded, so the append fails.
+            let huge = SignedIdentifier {
+                id: "p".into(),
+                permission: Some("r".repeat(70_000)),
+                ..Default::default()
+            };
+            let r = s.redefine("acct", "que", |_, acl| *acl = vec![huge]).await;
+            assert!(matches!(r, Err(QueueError::Internal { .. })), "{r:?}");
+            assert!(
+                s.get_acl("acct", "que").await.unwrap().is_empty(),
+                "memory changed without a record"
+            );
+        });
     }
 }

@@ -162,7 +162,8 @@ fn describe(rec: &Record) -> String {
             qid, seq, visible_ms, ..
         } => format!("MESSAGE_VISIBILITY qid={qid} seq={seq} visible={visible_ms}"),
         Record::MessageDeleted { qid, seq } => format!("MESSAGE_DELETED qid={qid} seq={seq}"),
-        Record::Commit { .. } | Record::SegmentEnd => String::new(),
+        Record::Clock { floor_ms } => format!("CLOCK floor={floor_ms}"),
+        Record::Commit { .. } | Record::SegmentEnd { .. } => String::new(),
     }
 }
 

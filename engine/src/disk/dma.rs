@@ -92,10 +92,12 @@ impl DmaDisk {
             .dma_open(self.dir.join(name))
             .await
             .map_err(to_io)?;
+        let alignment = write_unit(&file)?;
         Ok(DmaDiskFile {
             file: Rc::new(file),
             sync_path: self.sync_path,
             prealloc: self.prealloc,
+            alignment,
         })
     }
 
@@ -144,16 +146,59 @@ impl Disk for DmaDisk {
     }
 }
 
+/// The largest write unit a segment header can describe and records (which
+/// start at `SEGMENT_HEADER_LEN`) can be aligned to.
+const MAX_WRITE_UNIT: u64 = crate::limits::SEGMENT_HEADER_LEN;
+
+/// What commits on `file` are aligned to: the largest of glommio's O_DIRECT
+/// alignment (the logical block size), the device's physical sector size and
+/// `st_blksize`. A 512e disk takes 512-byte writes but writes 4 KiB sectors by
+/// read-modify-write; a torn one can damage the whole sector, so commits must
+/// never share one. `st_blksize` above 4 KiB (a preference, not a sector) is
+/// capped there; a physical sector above 4 KiB is refused, since the format
+/// cannot describe it.
+fn write_unit(file: &DmaFile) -> io::Result<u64> {
+    // SAFETY: fstat only writes into the zeroed struct we pass.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let blksize = (st.st_blksize.max(0) as u64).min(MAX_WRITE_UNIT);
+    let (major, minor) = (libc::major(st.st_dev), libc::minor(st.st_dev));
+    let physical = physical_sector(major, minor);
+    if physical > MAX_WRITE_UNIT {
+        return Err(io::Error::other(format!(
+            "device {major}:{minor} has {physical}-byte physical sectors; at most {MAX_WRITE_UNIT} are supported"
+        )));
+    }
+    Ok(file.alignment().max(physical).max(blksize).max(512))
+}
+
+/// The physical sector size from sysfs (a partition's is its disk's), or 512
+/// when the device has none (tmpfs, overlay: no sectors to tear).
+fn physical_sector(major: u32, minor: u32) -> u64 {
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{base}/queue/physical_block_size"),
+        format!("{base}/../queue/physical_block_size"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
+    .filter(|v| v.is_power_of_two())
+    .unwrap_or(512)
+}
+
 /// An open WAL segment. Owned by the shard's core.
 pub struct DmaDiskFile {
     file: Rc<DmaFile>,
     sync_path: SyncPath,
     prealloc: Preallocation,
+    alignment: u64,
 }
 
 impl DiskFile for DmaDiskFile {
     fn alignment(&self) -> u64 {
-        self.file.alignment()
+        self.alignment
     }
 
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {

@@ -35,6 +35,12 @@ pub trait Disk: Clone + 'static {
 /// position and length (O_DIRECT rules); reads may be unaligned.
 #[allow(async_fn_in_trait)]
 pub trait DiskFile: 'static {
+    /// The unit every write is aligned to: the largest of the device's
+    /// logical block size, its physical sector size and the file system's
+    /// preferred I/O size (`st_blksize`). Aligning commits to the physical
+    /// sector means a torn write of one commit can never touch a sector that
+    /// holds an earlier, acknowledged one (docs/STORAGE_FORMAT.md, "What the
+    /// engine assumes of the disk").
     fn alignment(&self) -> u64;
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()>;
     /// Reads up to `len` bytes; fewer only at the end of the file.

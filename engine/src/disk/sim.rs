@@ -6,6 +6,14 @@
 //! would find: the durable images under the durable names, optionally with a
 //! random subset of the unsynced sectors written too (a torn write).
 //! Owned by one thread; clones share the same state.
+//!
+//! The device has a logical block size (what O_DIRECT writes must be aligned
+//! to) and a physical sector size (what the device writes as one unit). A
+//! torn write ([`CrashMode::TearUnsynced`]) leaves each physical sector it
+//! wholly covers either old or new; a physical sector it covers only in part
+//! is a read-modify-write inside the device, and torn it may come back as
+//! garbage, bytes outside the write included (docs/STORAGE_FORMAT.md, "What
+//! the engine assumes of the disk").
 
 use super::{Disk, DiskFile};
 use rand::rngs::StdRng;
@@ -15,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::rc::Rc;
 
-/// The simulated device's sector: the unit a torn write tears at.
+/// The default simulated device: 512-byte logical blocks and physical sectors.
 pub const SIM_SECTOR: u64 = 512;
 
 /// Faults to inject. Each countdown fails the call after that many successes.
@@ -32,6 +40,9 @@ pub struct SimStats {
     pub writes: u64,
     pub bytes_written: u64,
     pub syncs: u64,
+    /// Writes that ended past the space reserved with `allocate`: on a full
+    /// disk these are the writes that fail with ENOSPC.
+    pub writes_past_allocation: u64,
 }
 
 /// What a crash does to writes that were not synced.
@@ -48,6 +59,8 @@ struct Inode {
     live: Vec<u8>,
     durable: Vec<u8>,
     unsynced: Vec<(u64, usize)>,
+    /// Bytes reserved by `allocate` (or present after a restart).
+    allocated: u64,
 }
 
 #[derive(Default)]
@@ -58,6 +71,9 @@ struct State {
     durable_names: BTreeMap<String, u64>,
     faults: Faults,
     stats: SimStats,
+    /// Logical block size (write alignment) and physical sector size (tear unit).
+    logical: u64,
+    physical: u64,
 }
 
 #[derive(Clone, Default)]
@@ -82,7 +98,20 @@ fn countdown(c: &mut Option<u64>) -> bool {
 
 impl SimDisk {
     pub fn new() -> Self {
-        Self::default()
+        Self::with_sectors(SIM_SECTOR, SIM_SECTOR)
+    }
+
+    /// A device with `logical`-byte blocks and `physical`-byte sectors (both
+    /// powers of two, `logical <= physical`), such as 512e disks (512/4096).
+    pub fn with_sectors(logical: u64, physical: u64) -> Self {
+        assert!(logical.is_power_of_two() && physical.is_power_of_two() && logical <= physical);
+        let d = SimDisk::default();
+        {
+            let mut st = d.st.borrow_mut();
+            st.logical = logical;
+            st.physical = physical;
+        }
+        d
     }
 
     pub fn set_faults(&self, f: Faults) {
@@ -102,32 +131,49 @@ impl SimDisk {
         };
         let mut out = State {
             next_ino: st.next_ino,
+            logical: st.logical,
+            physical: st.physical,
             ..Default::default()
         };
+        let phys = st.physical;
         for (name, ino) in &st.durable_names {
             let node = &st.inodes[ino];
             let mut data = node.durable.clone();
             if let Some(rng) = rng.as_mut() {
                 for &(pos, len) in &node.unsynced {
-                    let mut s = pos;
-                    while s < pos + len as u64 {
-                        let e = (s + SIM_SECTOR).min(pos + len as u64);
-                        if rng.gen_bool(0.5) && (e as usize) <= node.live.len() {
+                    let end = pos + len as u64;
+                    // Every physical sector the write touches, one by one.
+                    let mut sector = pos / phys * phys;
+                    while sector < end {
+                        let (s, e) = (pos.max(sector), end.min(sector + phys));
+                        let whole = s == sector && e == sector + phys;
+                        let torn_garbage = !whole && rng.gen_ratio(1, 3);
+                        if torn_garbage {
+                            // A torn read-modify-write: the whole physical
+                            // sector, neighbours' bytes included, is garbage.
+                            let se = (sector + phys) as usize;
+                            if data.len() < se {
+                                data.resize(se, 0);
+                            }
+                            rng.fill(&mut data[sector as usize..se]);
+                        } else if rng.gen_bool(0.5) && (e as usize) <= node.live.len() {
                             if data.len() < e as usize {
                                 data.resize(e as usize, 0);
                             }
                             data[s as usize..e as usize].copy_from_slice(&node.live[s as usize..e as usize]);
                         }
-                        s = e;
+                        sector += phys;
                     }
                 }
             }
+            let allocated = node.allocated.max(data.len() as u64);
             out.inodes.insert(
                 *ino,
                 Inode {
                     live: data.clone(),
                     durable: data,
                     unsynced: Vec::new(),
+                    allocated,
                 },
             );
             out.live_names.insert(name.clone(), *ino);
@@ -259,19 +305,31 @@ impl SimFile {
 }
 
 impl DiskFile for SimFile {
+    /// Like the real backend: the larger of the logical block and the
+    /// physical sector, so no two commits ever share a physical sector.
     fn alignment(&self) -> u64 {
-        SIM_SECTOR
+        let st = self.disk.st.borrow();
+        st.logical.max(st.physical)
     }
 
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        let logical = self.disk.st.borrow().logical;
         assert!(
-            pos.is_multiple_of(SIM_SECTOR) && (data.len() as u64).is_multiple_of(SIM_SECTOR),
+            pos.is_multiple_of(logical) && (data.len() as u64).is_multiple_of(logical),
             "unaligned O_DIRECT write"
         );
         {
+            let allocated = self.with(|n| n.allocated);
             let mut st = self.disk.st.borrow_mut();
             if countdown(&mut st.faults.fail_write_after) {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            if pos + data.len() as u64 > allocated {
+                // Past the reservation the file needs new blocks.
+                st.stats.writes_past_allocation += 1;
+                if st.faults.no_space {
+                    return Err(enospc());
+                }
             }
             st.stats.writes += 1;
             st.stats.bytes_written += data.len() as u64;
@@ -288,6 +346,9 @@ impl DiskFile for SimFile {
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        // A real read takes time: let other tasks run meanwhile, so races
+        // with a read in flight are reachable in tests.
+        futures_lite::future::yield_now().await;
         Ok(self.with(|n| {
             let s = (pos as usize).min(n.live.len());
             let e = (pos as usize + len).min(n.live.len());
@@ -330,6 +391,7 @@ impl DiskFile for SimFile {
             if (n.live.len() as u64) < len {
                 n.live.resize(len as usize, 0);
             }
+            n.allocated = n.allocated.max(len);
         });
         Ok(())
     }

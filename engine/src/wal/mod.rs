@@ -24,7 +24,7 @@ use crate::disk::{Disk, DiskFile};
 use crate::error::StorageError;
 use crate::limits::*;
 use event_listener::Event;
-use frame::{encode_frame, encode_frame_with, SegmentHeader, FRAME_HEADER_LEN};
+use frame::{check_header, encode_frame, HeaderCheck, SegmentHeader, FRAME_HEADER_LEN};
 use record::Record;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -136,6 +136,8 @@ struct State<F> {
     commits: u64,
     /// Buffers of written batches, kept for the next ones.
     spare: Vec<Vec<u8>>,
+    /// Where a record's body is encoded before it is framed (reused).
+    scratch: Vec<u8>,
 }
 
 /// The log. See the module docs for the protocol.
@@ -178,6 +180,7 @@ impl<D: Disk> Wal<D> {
                 alignment: 512,
                 commits: 0,
                 spare: Vec::new(),
+                scratch: Vec::new(),
             }),
             changed: Event::new(),
         };
@@ -218,18 +221,27 @@ impl<D: Disk> Wal<D> {
         self.changed.notify(usize::MAX);
     }
 
-    /// Would the next append have to open a new segment?
-    fn rotation_due(&self, st: &State<D::File>) -> bool {
-        let next_start = match st.batches.back() {
-            Some(b) if !b.closed && b.buf.len() < MAX_COMMIT_BYTES => return false,
-            Some(b) if !b.closed => align_up(b.base + b.buf.len() as u64, st.alignment),
-            _ => st.tail_end,
-        };
-        next_start >= self.cfg.segment_bytes
+    /// Does `len` more bytes from `base` stay within the segment, leaving
+    /// room for its SEGMENT_END? Batches never cross a segment's end, so
+    /// every write lands in the space fallocated when the segment was made.
+    fn fits(&self, st: &State<D::File>, base: u64, len: usize) -> bool {
+        let usable = self.cfg.segment_bytes.saturating_sub(st.alignment);
+        align_up(base + len as u64, st.alignment) <= usable
     }
 
-    /// Ensures the next [`Wal::append`] can place its record: refuses when
-    /// poisoned, and creates the next segment if a rotation is due.
+    /// Could the next appends (one record of any size, and a clock record
+    /// beside it) have to open a new segment?
+    fn rotation_due(&self, st: &State<D::File>) -> bool {
+        let end = match st.batches.back() {
+            Some(b) if !b.closed => b.base + b.buf.len() as u64,
+            _ => st.tail_end,
+        };
+        !self.fits(st, end, COMMIT_FRAME_LEN + 2 * FRAME_HEADER_LEN + MAX_APPEND_BODY + 8)
+    }
+
+    /// Ensures the next [`Wal::append`] can place its record (and one clock
+    /// record): refuses when poisoned, and creates the next segment if a
+    /// rotation could be needed.
     pub async fn reserve(&self, now_ms: u64) -> Result<(), StorageError> {
         loop {
             let wait = {
@@ -309,27 +321,53 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Frames `rec` into the open batch and returns where it will be on disk.
-    /// Call [`Wal::reserve`] first, with no await in between.
+    /// Call [`Wal::reserve`] first, with no await in between. A record that
+    /// cannot be encoded is refused here and nothing is appended.
     pub fn append(&self, rec: &Record) -> Result<RecordPos, StorageError> {
         let mut st = self.st.borrow_mut();
         if let Some(why) = &st.poisoned {
             return Err(StorageError::Poisoned(why.clone()));
         }
+        let mut body = std::mem::take(&mut st.scratch);
+        body.clear();
+        let out = match rec.encode(&mut body) {
+            Ok(()) => self.place(&mut st, rec.kind(), &body),
+            Err(e) => Err(StorageError::Unencodable(e.0)),
+        };
+        st.scratch = body;
+        out
+    }
+
+    fn place(&self, st: &mut State<D::File>, kind: u8, body: &[u8]) -> Result<RecordPos, StorageError> {
+        if body.len() > MAX_APPEND_BODY {
+            return Err(StorageError::Unencodable(format!(
+                "a record body of {} bytes exceeds the {MAX_APPEND_BODY}-byte limit",
+                body.len()
+            )));
+        }
+        let frame_len = FRAME_HEADER_LEN + body.len();
         let need_new = match st.batches.back() {
-            Some(b) => b.closed || b.buf.len() >= MAX_COMMIT_BYTES,
+            Some(b) => b.closed || b.buf.len() >= MAX_COMMIT_BYTES || !self.fits(st, b.base, b.buf.len() + frame_len),
             None => true,
         };
         if need_new {
-            Self::close_open_batch(&mut st);
-            self.open_batch(&mut st)?;
+            Self::close_open_batch(st);
+            let rotate = !self.fits(st, st.tail_end, COMMIT_FRAME_LEN + frame_len);
+            self.open_batch(st, rotate)?;
         }
         let lsn = st.next_lsn;
         st.next_lsn += 1;
-        let b = st.batches.back_mut().expect("open batch");
+        let Some(b) = st.batches.back_mut() else {
+            unreachable!("a batch was just opened");
+        };
         let frame_offset = b.base + b.buf.len() as u64;
-        let frame_len = encode_frame_with(&mut b.buf, b.seed, rec.kind(), lsn, |out| rec.encode(out));
+        encode_frame(&mut b.buf, b.seed, kind, lsn, body);
         b.last_lsn = lsn;
         b.records += 1;
+        debug_assert!(
+            b.base + b.buf.len() as u64 <= self.cfg.segment_bytes,
+            "a batch crosses its segment's end"
+        );
         Ok(RecordPos {
             lsn,
             seg: b.seg,
@@ -347,9 +385,9 @@ impl<D: Disk> Wal<D> {
         }
     }
 
-    fn open_batch(&self, st: &mut State<D::File>) -> Result<(), StorageError> {
+    fn open_batch(&self, st: &mut State<D::File>, rotate: bool) -> Result<(), StorageError> {
         let mut seal = None;
-        if st.tail_end >= self.cfg.segment_bytes {
+        if rotate {
             let seg = st.prepared.take().ok_or_else(|| {
                 StorageError::Poisoned("internal: rotation without a prepared segment (reserve not called)".into())
             })?;
@@ -466,6 +504,33 @@ impl<D: Disk> Wal<D> {
             let st = self.st.borrow();
             (st.segments[&b.seg].file.clone(), st.alignment)
         };
+        // Fill in the commit marker now that the batch is complete.
+        let mut marker = Vec::with_capacity(COMMIT_FRAME_LEN);
+        let mut body = Vec::with_capacity(8);
+        Record::Commit {
+            len: b.buf.len() as u32,
+            records: b.records,
+        }
+        .encode(&mut body)
+        .map_err(|e| e.0)?;
+        encode_frame(&mut marker, b.seed, record::kind::COMMIT, b.marker_lsn, &body);
+        debug_assert_eq!(marker.len(), COMMIT_FRAME_LEN);
+        b.buf[..COMMIT_FRAME_LEN].copy_from_slice(&marker);
+        let padded = align_up(b.buf.len() as u64, align) as usize;
+        b.buf.resize(padded, 0);
+        let name = segment_name(b.seg);
+        file.write_at(&b.buf, b.base)
+            .await
+            .map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
+        file.sync()
+            .await
+            .map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
+        // The previous segment is sealed only once the first commit of this
+        // one is durable, and its SEGMENT_END names that commit: a sealed
+        // segment thus proves its successor was used, so recovery can tell a
+        // lost first commit from a segment that was prepared and never used
+        // (docs/STORAGE_FORMAT.md, "Recovery"). Nothing is acknowledged
+        // before the seal is durable too.
         if let Some(seal) = b.seal {
             let (old, seed) = {
                 let st = self.st.borrow();
@@ -473,7 +538,11 @@ impl<D: Disk> Wal<D> {
                 (s.file.clone(), s.header.seed())
             };
             let mut buf = Vec::with_capacity(align as usize);
-            encode_frame(&mut buf, seed, record::kind::SEGMENT_END, seal.lsn, &[]);
+            let mut body = Vec::with_capacity(8);
+            Record::SegmentEnd { next_lsn: b.marker_lsn }
+                .encode(&mut body)
+                .map_err(|e| e.0)?;
+            encode_frame(&mut buf, seed, record::kind::SEGMENT_END, seal.lsn, &body);
             buf.resize(align_up(buf.len() as u64, align) as usize, 0);
             let name = segment_name(seal.seg);
             old.write_at(&buf, seal.at)
@@ -487,26 +556,6 @@ impl<D: Disk> Wal<D> {
             s.sealed = true;
             s.end = seal.at + buf.len() as u64;
         }
-        // Fill in the commit marker now that the batch is complete.
-        let mut marker = Vec::with_capacity(COMMIT_FRAME_LEN);
-        let mut body = Vec::with_capacity(8);
-        Record::Commit {
-            len: b.buf.len() as u32,
-            records: b.records,
-        }
-        .encode(&mut body);
-        encode_frame(&mut marker, b.seed, record::kind::COMMIT, b.marker_lsn, &body);
-        debug_assert_eq!(marker.len(), COMMIT_FRAME_LEN);
-        b.buf[..COMMIT_FRAME_LEN].copy_from_slice(&marker);
-        let padded = align_up(b.buf.len() as u64, align) as usize;
-        b.buf.resize(padded, 0);
-        let name = segment_name(b.seg);
-        file.write_at(&b.buf, b.base)
-            .await
-            .map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
-        file.sync()
-            .await
-            .map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
         let mut st = self.st.borrow_mut();
         let s = st.segments.get_mut(&b.seg).expect("segment of a batch exists");
         s.end = s.end.max(b.base + padded as u64);
@@ -603,27 +652,56 @@ impl<D: Disk> Wal<D> {
     }
 }
 
+/// A segment opened for reading record bodies: the file handle (taken while
+/// the record is known live, so the read works even if compaction removes
+/// the segment meanwhile) and the seed its checksums use.
+pub struct SegmentReader<F> {
+    pub seg: u64,
+    file: Rc<F>,
+    seed: u32,
+}
+
 impl<D: Disk> Wal<D> {
-    /// The open file of segment `seg`, for reading bodies. Holding the handle
-    /// keeps reads working even if the segment is removed meanwhile.
-    pub fn segment_file(&self, seg: u64) -> Option<Rc<D::File>> {
-        self.st.borrow().segments.get(&seg).map(|s| s.file.clone())
+    pub fn segment_reader(&self, seg: u64) -> Option<SegmentReader<D::File>> {
+        self.st.borrow().segments.get(&seg).map(|s| SegmentReader {
+            seg,
+            file: s.file.clone(),
+            seed: s.header.seed(),
+        })
     }
 
-    /// Reads exactly `len` bytes at `offset` from an open segment file.
-    pub async fn read_from(&self, file: &D::File, seg: u64, offset: u64, len: usize) -> Result<Vec<u8>, StorageError> {
-        let name = segment_name(seg);
-        let data = file
-            .read_at(offset, len)
+    /// Reads the frame of `frame_len` bytes at `frame_offset` and returns its
+    /// body, after checking the frame's header and body checksums. A mismatch
+    /// is a `Corruption` error naming the file and offset: never data.
+    pub async fn read_record(
+        &self,
+        r: &SegmentReader<D::File>,
+        frame_offset: u64,
+        frame_len: u32,
+    ) -> Result<Vec<u8>, StorageError> {
+        let name = segment_name(r.seg);
+        let corrupt = |reason: String| StorageError::Corruption {
+            file: self.disk.describe(&name),
+            offset: frame_offset,
+            reason,
+        };
+        let mut data = r
+            .file
+            .read_at(frame_offset, frame_len as usize)
             .await
             .map_err(|e| StorageError::io(self.disk.describe(&name), e))?;
-        if data.len() != len {
-            return Err(StorageError::Corruption {
-                file: name,
-                offset,
-                reason: format!("short read: {} of {len} bytes", data.len()),
-            });
+        if data.len() != frame_len as usize || data.len() < FRAME_HEADER_LEN {
+            return Err(corrupt(format!("short read: {} of {frame_len} bytes", data.len())));
         }
-        Ok(data)
+        let fh = match check_header(r.seed, &data) {
+            HeaderCheck::Valid(fh) => fh,
+            HeaderCheck::Zero => return Err(corrupt("frame header reads as zeros".into())),
+            HeaderCheck::Invalid(why) => return Err(corrupt(why.into())),
+        };
+        let body = data.split_off(FRAME_HEADER_LEN);
+        if !frame::body_matches(r.seed, &fh, &body) {
+            return Err(corrupt("record body checksum mismatch".into()));
+        }
+        Ok(body)
     }
 }

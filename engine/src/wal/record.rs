@@ -18,6 +18,8 @@ pub mod kind {
     pub const MESSAGE_VISIBILITY: u8 = 24;
     pub const MESSAGE_DELETED: u8 = 25;
     pub const QUEUE_CLEARED: u8 = 26;
+    /// The shard's clock floor: time never goes below this after a restart.
+    pub const CLOCK: u8 = 27;
 }
 
 /// The complete state of one message. Any record that gives a message a new
@@ -53,7 +55,12 @@ pub enum Record {
         len: u32,
         records: u32,
     },
-    SegmentEnd,
+    /// `next_lsn`: when not zero, the LSN of the first commit of the next
+    /// segment, which was durable before this frame was written. Zero when
+    /// recovery sealed the segment (no promise about the next one).
+    SegmentEnd {
+        next_lsn: u64,
+    },
     QueueDefined {
         qid: u64,
         account: String,
@@ -85,16 +92,27 @@ pub enum Record {
     QueueCleared {
         qid: u64,
     },
+    /// Every answer given so far was computed at a time at or below
+    /// `floor_ms`; after a restart the shard's clock starts there.
+    Clock {
+        floor_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);
 
+/// A record that cannot be encoded (a string or list longer than its length
+/// field). Validation should refuse such input first; this is the backstop
+/// that turns a missed limit into an error instead of a panic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodeError(pub String);
+
 impl Record {
     pub fn kind(&self) -> u8 {
         match self {
             Record::Commit { .. } => kind::COMMIT,
-            Record::SegmentEnd => kind::SEGMENT_END,
+            Record::SegmentEnd { .. } => kind::SEGMENT_END,
             Record::QueueDefined { .. } => kind::QUEUE_DEFINED,
             Record::QueueDeleted { .. } => kind::QUEUE_DELETED,
             Record::MessagePut(_) => kind::MESSAGE_PUT,
@@ -104,17 +122,26 @@ impl Record {
             Record::MessageVisibility { .. } => kind::MESSAGE_VISIBILITY,
             Record::MessageDeleted { .. } => kind::MESSAGE_DELETED,
             Record::QueueCleared { .. } => kind::QUEUE_CLEARED,
+            Record::Clock { .. } => kind::CLOCK,
         }
     }
 
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the record's body to `out`. On error `out` may hold part of
+    /// the body; the caller discards it.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let mut w = Writer(out);
         match self {
             Record::Commit { len, records } => {
                 w.u32(*len);
                 w.u32(*records);
             }
-            Record::SegmentEnd => {}
+            Record::SegmentEnd { next_lsn } => {
+                // Written only when there is a promise to record, so a
+                // recovery seal keeps the old, empty body.
+                if *next_lsn != 0 {
+                    w.u64(*next_lsn);
+                }
+            }
             Record::QueueDefined {
                 qid,
                 account,
@@ -123,18 +150,18 @@ impl Record {
                 acl,
             } => {
                 w.u64(*qid);
-                w.str(account);
-                w.str(name);
-                w.u16(metadata.0.len() as u16);
+                w.str(account)?;
+                w.str(name)?;
+                w.count16(metadata.0.len(), "metadata pairs")?;
                 for (k, v) in &metadata.0 {
-                    w.str(k);
-                    w.str(v);
+                    w.str(k)?;
+                    w.str(v)?;
                 }
-                w.u16(acl.len() as u16);
+                w.count16(acl.len(), "signed identifiers")?;
                 for si in acl {
-                    w.str(&si.id);
+                    w.str(&si.id)?;
                     for f in [&si.start, &si.expiry, &si.permission] {
-                        w.opt_str(f.as_deref());
+                        w.opt_str(f.as_deref())?;
                     }
                 }
             }
@@ -146,7 +173,7 @@ impl Record {
                 for v in [m.inserted_ms, m.expires_ms, m.visible_ms, m.dequeue_count, m.receipt] {
                     w.u64(v);
                 }
-                w.u32(m.body.len() as u32);
+                w.count32(m.body.len(), "message text bytes")?;
                 w.0.extend_from_slice(&m.body);
             }
             Record::MessagesDequeued {
@@ -156,7 +183,7 @@ impl Record {
             } => {
                 w.u64(*qid);
                 w.u64(*visible_ms);
-                w.u32(entries.len() as u32);
+                w.count32(entries.len(), "dequeue entries")?;
                 for e in entries {
                     w.u64(e.seq);
                     w.u64(e.dequeue_count);
@@ -177,7 +204,9 @@ impl Record {
                 w.u64(*qid);
                 w.u64(*seq);
             }
+            Record::Clock { floor_ms } => w.u64(*floor_ms),
         }
+        Ok(())
     }
 
     pub fn decode(kind: u8, body: &[u8]) -> Result<Record, DecodeError> {
@@ -187,7 +216,10 @@ impl Record {
                 len: r.u32()?,
                 records: r.u32()?,
             },
-            kind::SEGMENT_END => Record::SegmentEnd,
+            kind::SEGMENT_END => Record::SegmentEnd {
+                next_lsn: if r.0.is_empty() { 0 } else { r.u64()? },
+            },
+            kind::CLOCK => Record::Clock { floor_ms: r.u64()? },
             kind::QUEUE_DEFINED => {
                 let qid = r.u64()?;
                 let account = r.str()?;
@@ -289,19 +321,32 @@ impl Writer<'_> {
     fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn str(&mut self, s: &str) {
-        let len = u16::try_from(s.len()).expect("strings in records are bounded by validation");
+    fn count16(&mut self, n: usize, what: &str) -> Result<(), EncodeError> {
+        let n = u16::try_from(n).map_err(|_| EncodeError(format!("{n} {what} do not fit a record")))?;
+        self.u16(n);
+        Ok(())
+    }
+    fn count32(&mut self, n: usize, what: &str) -> Result<(), EncodeError> {
+        let n = u32::try_from(n).map_err(|_| EncodeError(format!("{n} {what} do not fit a record")))?;
+        self.u32(n);
+        Ok(())
+    }
+    fn str(&mut self, s: &str) -> Result<(), EncodeError> {
+        let len = u16::try_from(s.len())
+            .map_err(|_| EncodeError(format!("a string of {} bytes does not fit a record", s.len())))?;
         self.u16(len);
         self.0.extend_from_slice(s.as_bytes());
+        Ok(())
     }
-    fn opt_str(&mut self, s: Option<&str>) {
+    fn opt_str(&mut self, s: Option<&str>) -> Result<(), EncodeError> {
         match s {
             None => self.0.push(0),
             Some(s) => {
                 self.0.push(1);
-                self.str(s);
+                self.str(s)?;
             }
         }
+        Ok(())
     }
 }
 
@@ -358,7 +403,9 @@ mod tests {
         };
         vec![
             Record::Commit { len: 100, records: 3 },
-            Record::SegmentEnd,
+            Record::SegmentEnd { next_lsn: 0 },
+            Record::SegmentEnd { next_lsn: 12 },
+            Record::Clock { floor_ms: 99 },
             Record::QueueDefined {
                 qid: 9,
                 account: "devstoreaccount1".into(),
@@ -399,10 +446,11 @@ mod tests {
     fn every_record_round_trips_and_truncations_fail_cleanly() {
         for rec in samples() {
             let mut b = Vec::new();
-            rec.encode(&mut b);
+            rec.encode(&mut b).unwrap();
             assert_eq!(Record::decode(rec.kind(), &b), Ok(rec.clone()));
             for cut in 0..b.len() {
-                assert!(Record::decode(rec.kind(), &b[..cut]).is_err() || cut == b.len());
+                let empty_seal = cut == 0 && rec.kind() == kind::SEGMENT_END;
+                assert!(Record::decode(rec.kind(), &b[..cut]).is_err() || cut == b.len() || empty_seal);
             }
             let mut longer = b.clone();
             longer.push(0);
@@ -425,8 +473,24 @@ mod tests {
             body: b"abc".to_vec(),
         };
         let mut b = Vec::new();
-        Record::MessagePut(m).encode(&mut b);
+        Record::MessagePut(m).encode(&mut b).unwrap();
         assert_eq!(b.len(), MESSAGE_STATE_FIXED + 3);
         assert_eq!(&b[MESSAGE_STATE_FIXED..], b"abc");
+    }
+
+    #[test]
+    fn an_oversized_string_is_an_error_not_a_panic() {
+        let rec = Record::QueueDefined {
+            qid: 1,
+            account: "a".into(),
+            name: "q".into(),
+            metadata: Metadata::default(),
+            acl: vec![SignedIdentifier {
+                id: "p".into(),
+                permission: Some("r".repeat(70_000)),
+                ..Default::default()
+            }],
+        };
+        assert!(rec.encode(&mut Vec::new()).is_err());
     }
 }

@@ -48,8 +48,9 @@ pub(crate) struct Recovered<F> {
 /// How a segment's frames ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Stop {
-    /// A valid SEGMENT_END frame; `end` is the aligned end after it.
-    Sealed { end: u64 },
+    /// A valid SEGMENT_END frame; `end` is the aligned end after it;
+    /// `next_lsn`, if not zero, the LSN the next segment's first commit has.
+    Sealed { end: u64, next_lsn: u64 },
     /// All-zero header at a commit boundary.
     Zero { at: u64 },
     /// Something that does not validate, or the file ended mid-commit.
@@ -61,6 +62,8 @@ struct Scan {
     /// Aligned end of the last complete commit.
     valid_end: u64,
     last_lsn: u64,
+    /// LSN of the first commit's marker, if the segment holds a commit.
+    first_lsn: Option<u64>,
     commits: u64,
     records: u64,
 }
@@ -117,6 +120,7 @@ async fn scan<F: DiskFile>(
     let mut pos = SEGMENT_HEADER_LEN;
     let mut last = prev_lsn.max(header.base_lsn.saturating_sub(1));
     let (mut commits, mut records) = (0, 0);
+    let mut first_lsn = None;
     let bad = |at: u64, reason: String| Stop::Bad { at, reason };
     let stop = loop {
         let Some(h) = w.get(pos, FRAME_HEADER_LEN).await? else {
@@ -134,13 +138,19 @@ async fn scan<F: DiskFile>(
         }
         match fh.kind {
             kind::SEGMENT_END => {
-                let body = w.get(pos + FRAME_HEADER_LEN as u64, 0).await?.unwrap_or(&[]);
-                if fh.body_len != 0 || !body_matches(seed, &fh, body) {
-                    break bad(pos, "malformed segment-end frame".into());
-                }
+                let len = fh.body_len as usize;
+                let body = w.get(pos + FRAME_HEADER_LEN as u64, len).await?.unwrap_or(&[]);
+                let next_lsn = match (len, body_matches(seed, &fh, body)) {
+                    (0 | 8, true) => match Record::decode(kind::SEGMENT_END, body) {
+                        Ok(Record::SegmentEnd { next_lsn }) => next_lsn,
+                        _ => break bad(pos, "malformed segment-end frame".into()),
+                    },
+                    _ => break bad(pos, "malformed segment-end frame".into()),
+                };
                 last = fh.lsn;
                 break Stop::Sealed {
-                    end: align_up(pos + FRAME_HEADER_LEN as u64, align),
+                    end: align_up(pos + (FRAME_HEADER_LEN + len) as u64, align),
+                    next_lsn,
                 };
             }
             kind::COMMIT => {}
@@ -225,6 +235,7 @@ async fn scan<F: DiskFile>(
         }
         commits += 1;
         records += count as u64;
+        first_lsn.get_or_insert(marker_lsn);
         last = lsn;
         pos = align_up(pos + len as u64, align);
     };
@@ -236,6 +247,7 @@ async fn scan<F: DiskFile>(
         stop,
         valid_end,
         last_lsn: last,
+        first_lsn,
         commits,
         records,
     })
@@ -419,9 +431,23 @@ pub(crate) async fn recover<D: Disk>(
             scans.push(None);
             continue;
         };
-        let s = scan(&f.file, h, prev_lsn, if strict { Some(&mut *apply) } else { None })
+        let mut s = scan(&f.file, h, prev_lsn, if strict { Some(&mut *apply) } else { None })
             .await
             .map_err(|e| io_err(&f.name, e))?;
+        // Zeros where the first commit should be are an unused segment only
+        // if nothing valid follows them; otherwise the segment was used and
+        // its first commit is lost.
+        if let (Stop::Zero { at }, 0) = (&s.stop, s.commits) {
+            let later = later_commit(&f.file, h, at + h.alignment as u64, prev_lsn)
+                .await
+                .map_err(|e| io_err(&f.name, e))?;
+            if let Some(next) = later {
+                s.stop = Stop::Bad {
+                    at: *at,
+                    reason: format!("zeros where the first commit should be; a valid commit follows at offset {next}"),
+                };
+            }
+        }
         prev_lsn = s.last_lsn;
         scans.push(Some(s));
     }
@@ -433,11 +459,52 @@ pub(crate) async fn recover<D: Disk>(
         let Some(s) = s else { continue };
         let f = &found[i];
         let h = f.header.as_ref().expect("scanned segments have headers");
+        let next = scans.get(i + 1).and_then(|n| n.as_ref());
         let problem = match &s.stop {
-            Stop::Sealed { .. } => None,
+            Stop::Sealed { next_lsn: 0, .. } => None,
+            // A rotation seal is written only after the next segment's first
+            // commit is durable, and names it: that commit must be there.
+            Stop::Sealed { next_lsn, .. } => match next.map(|n| n.first_lsn) {
+                Some(Some(first)) if first == *next_lsn => None,
+                found => {
+                    let (file, why) = match found {
+                        None => (segment_name(f.seq + 1), "is missing or has a blank header".to_string()),
+                        Some(None) => (segment_name(f.seq + 1), "holds no commit".to_string()),
+                        Some(Some(first)) => (segment_name(f.seq + 1), format!("begins with commit {first}")),
+                    };
+                    let reason = format!(
+                        "{} says the next segment begins with commit {next_lsn}, but it {why}: a used segment reads as empty",
+                        f.name
+                    );
+                    if strict {
+                        return Err(corrupt(&file, SEGMENT_HEADER_LEN, reason));
+                    }
+                    // The damaged segment is the next one; quarantine it.
+                    if found.is_some() && !quarantine.contains(&(i + 1)) {
+                        quarantine.push(i + 1);
+                    }
+                    None
+                }
+            },
+            // After the last segment holding data: prepared, never used.
+            _ if last_with_data.is_none_or(|l| i > l) => None,
             stop if Some(i) != last_with_data => {
-                if !s.has_data() {
-                    None // an empty segment before the tail: prepared, never used
+                if s.commits == 0 {
+                    // Only the tail is ever empty when its successor is made:
+                    // a segment before data that reads as empty lost its commits.
+                    let at = match stop {
+                        Stop::Bad { at, .. } | Stop::Zero { at } => *at,
+                        Stop::Sealed { .. } => unreachable!(),
+                    };
+                    Some((
+                        at,
+                        "a used segment reads as empty: it holds no commit, but later segments hold data".to_string(),
+                    ))
+                } else if matches!(stop, Stop::Zero { .. }) && next.and_then(|n| n.first_lsn) == Some(s.last_lsn + 2) {
+                    // Power failed after the next segment's first commit and
+                    // before this one's seal (which would have taken LSN
+                    // last + 1): nothing is missing in between.
+                    None
                 } else {
                     let (at, why) = match stop {
                         Stop::Bad { at, reason } => (*at, reason.clone()),
@@ -482,7 +549,9 @@ pub(crate) async fn recover<D: Disk>(
             if strict {
                 return Err(corrupt(&f.name, at, reason));
             }
-            quarantine.push(i);
+            if !quarantine.contains(&i) {
+                quarantine.push(i);
+            }
         }
     }
 
@@ -541,10 +610,12 @@ pub(crate) async fn recover<D: Disk>(
             continue;
         };
         let end = match s.stop {
-            Stop::Sealed { end } => end,
-            _ if read_only => s.valid_end,
+            Stop::Sealed { end, .. } => end,
+            // A segment cut short by a crash between its successor's first
+            // commit and its own seal stays as it is: a seal written now
+            // would carry an LSN above its successor's.
+            _ if read_only || tail != Some(i) => s.valid_end,
             _ => {
-                debug_assert_eq!(tail, Some(i), "only the tail is open");
                 // Seal the recovered tail where its valid data ends; never append to it again.
                 let mut buf = Vec::new();
                 encode_frame(&mut buf, h.seed(), kind::SEGMENT_END, next_lsn, &[]);
