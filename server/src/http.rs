@@ -400,7 +400,7 @@ fn check_host(req: &Request) -> Result<(), FrameError> {
         .count();
     match (hosts, req.http10) {
         (1, _) | (0, true) => Ok(()),
-        (0, false) => Err(FrameError::Bad("an HTTP/1.1 request needs a Host header")),
+        (0, false) => Err(FrameError::Bad("a version 1.1 request needs a Host header")),
         _ => Err(FrameError::Bad("more than one Host header")),
     }
 }
