@@ -370,8 +370,9 @@ fn common_sas_checks(sas: &Sas, peer: IpAddr) -> Result<(), ApiError> {
 }
 
 /// Permission letters a service SAS for a queue may carry (Microsoft's
-/// "Create a service SAS": read, add, update, process).
-const SERVICE_SAS_LETTERS: &str = "raup";
+/// "Create a service SAS": read, add, update, process), the same set a
+/// stored access policy may hold.
+const SERVICE_SAS_LETTERS: &str = engine::limits::ACL_PERMISSION_LETTERS;
 /// Permission letters an account SAS may carry (Microsoft's "Create an
 /// account SAS"); letters for other services are allowed but grant nothing here.
 const ACCOUNT_SAS_LETTERS: &str = "rwdxylacuptfi";

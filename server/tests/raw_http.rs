@@ -253,7 +253,8 @@ fn malformed_and_oversized_requests_get_answers_and_the_server_survives() {
         assert!(resp.contains("x-ms-error-code:"), "{resp}");
         s.assert_healthy();
     }
-    let resp = s.exchange(b"POST /devstoreaccount1/q/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n");
+    let resp =
+        s.exchange(b"POST /devstoreaccount1/q/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n");
     assert!(resp.contains("<MaxLimit>131584</MaxLimit>"));
     // A body shorter than declared, then the client gives up: no answer owed, no harm done.
     let mut c = s.connect();

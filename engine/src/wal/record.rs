@@ -1,5 +1,16 @@
 //! Logical WAL records: what a frame's body means. Encoding is little endian
 //! with length-prefixed strings; decoding never panics on hostile bytes.
+//!
+//! Decoding reads bytes from disk and encoding writes lengths that came from
+//! requests, so the module denies unchecked arithmetic, indexing and
+//! panicking unwraps (docs/SECURITY.md): a bad length is an error, never a
+//! panic inside `Wal::append`.
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use crate::model::{Metadata, SignedIdentifier};
 
@@ -360,17 +371,23 @@ impl<'a> Reader<'a> {
         self.0 = b;
         Ok(a)
     }
+    /// Exactly `N` bytes, as an array.
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        self.bytes(N)?
+            .try_into()
+            .map_err(|_| DecodeError("record body is truncated"))
+    }
     fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.bytes(1)?[0])
+        Ok(u8::from_le_bytes(self.array()?))
     }
     fn u16(&mut self) -> Result<u16, DecodeError> {
-        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(self.array()?))
     }
     fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(self.array()?))
     }
     fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(self.array()?))
     }
     fn str(&mut self) -> Result<String, DecodeError> {
         let n = self.u16()? as usize;
@@ -386,6 +403,12 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
 mod tests {
     use super::*;
 
