@@ -214,7 +214,60 @@ mod tests {
             ),
             (QueueError::Internal { reason: "x".into() }, "InternalError", 500),
             (QueueError::ServerBusy { reason: "x".into() }, "ServerBusy", 503),
+            (
+                QueueError::InvalidMetadata { name: "1a".into() },
+                "InvalidMetadata",
+                400,
+            ),
+            (
+                QueueError::out_of_range("numofmessages", 33, 1, 32),
+                "OutOfRangeQueryParameterValue",
+                400,
+            ),
+            (
+                QueueError::InvalidQueryParameterValue {
+                    name: "popreceipt",
+                    value: "x".into(),
+                    reason: "r".into(),
+                },
+                "InvalidQueryParameterValue",
+                400,
+            ),
+            (
+                QueueError::MissingRequiredQueryParameter { name: "popreceipt" },
+                "MissingRequiredQueryParameter",
+                400,
+            ),
+            (
+                QueueError::InvalidXmlDocument { reason: "r".into() },
+                "InvalidXmlDocument",
+                400,
+            ),
         ];
+        // Every variant is in the table: this match has no wildcard, so a
+        // new variant does not compile until it is added above.
+        for (e, _, _) in &cases {
+            match e {
+                QueueError::QueueNotFound
+                | QueueError::QueueAlreadyExists
+                | QueueError::MessageNotFound
+                | QueueError::PopReceiptMismatch
+                | QueueError::InvalidResourceName
+                | QueueError::OutOfRangeInput
+                | QueueError::InvalidMetadata { .. }
+                | QueueError::EmptyMetadataKey
+                | QueueError::MetadataTooLarge
+                | QueueError::OutOfRangeQueryParameterValue { .. }
+                | QueueError::InvalidQueryParameterValue { .. }
+                | QueueError::MissingRequiredQueryParameter { .. }
+                | QueueError::RequestBodyTooLarge { .. }
+                | QueueError::InvalidXmlDocument { .. }
+                | QueueError::InvalidMarker
+                | QueueError::Internal { .. }
+                | QueueError::ServerBusy { .. } => {}
+            }
+        }
+        assert_eq!(cases.len(), 17, "one row per variant");
         for (e, code, status) in cases {
             assert_eq!(e.code(), code);
             assert_eq!(e.status(), status);

@@ -229,6 +229,9 @@ fn every_byte_flip_in_a_sealed_segment_is_detected() {
     block_on(s.put_message(ACCT, "que", "later".into(), None, None)).unwrap();
     drop(s);
     let first = segment_name(1);
+    // What a restart without any flip shows: a harmless flip must show
+    // exactly this (texts, dequeue counts, visibility, receipts).
+    let baseline = block_on(open(&disk.crash(CrashMode::LoseUnsynced), &clock, small_config()).dump()).unwrap();
     let bytes = disk.file_bytes(&first).unwrap();
     let data_end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
     for off in 0..data_end {
@@ -241,11 +244,7 @@ fn every_byte_flip_in_a_sealed_segment_is_detected() {
                 // Only bytes that no checksum covers may be flipped harmlessly:
                 // padding after a commit, and unused header bytes.
                 let dump = block_on(s.dump()).unwrap();
-                assert_eq!(
-                    dump[&(ACCT.to_string(), "que".to_string())].messages.len(),
-                    7,
-                    "flip at {off} lost data silently"
-                );
+                assert_eq!(dump, baseline, "flip at {off} changed data silently");
             }
         }
     }
@@ -272,7 +271,11 @@ fn disk_full_refuses_writes_keeps_reads_and_recovers() {
     }
     let (n, e) = refused.expect("puts must be refused once the segment is full");
     assert_eq!((e.status(), e.code()), (503, "ServerBusy"), "{e}");
-    assert!(e.to_string().contains("unable") || matches!(e, QueueError::ServerBusy { .. }));
+    // The reason names the disk's answer, so an operator sees why.
+    match &e {
+        QueueError::ServerBusy { reason } => assert!(reason.contains("space"), "{reason}"),
+        other => panic!("not ServerBusy: {other}"),
+    }
     // reads still work
     assert_eq!(
         block_on(s.get_properties(ACCT, "que"))

@@ -168,9 +168,17 @@ def test_put_response_shape(queue, raw):
 def test_clear_messages(queue):
     for i in range(5):
         queue.send_message(str(i))
-    queue.receive_messages(max_messages=2)
+    # receive_messages is a lazy pager: list() sends the request, so two
+    # messages really are invisible when Clear runs.
+    received = list(queue.receive_messages(max_messages=2, visibility_timeout=300))
+    assert len(received) == 2
+    assert len(queue.peek_messages(max_messages=32)) == 3
     queue.clear_messages()
     assert queue.get_queue_properties().approximate_message_count == 0
+    # Invisible ones are gone too: nothing comes back once they would be visible.
+    for m in received:
+        with pytest.raises(ResourceNotFoundError):
+            queue.delete_message(m.id, m.pop_receipt)
 
 
 def test_operations_on_missing_queue(svc):

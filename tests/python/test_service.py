@@ -41,12 +41,14 @@ def test_service_properties_wire_status(raw):
 
 
 def test_service_stats_only_on_secondary(server, raw):
-    sec = QueueServiceClient(f"http://127.0.0.1:{server.port}/{ACCOUNT}-secondary", credential={"account_name": ACCOUNT, "account_key": KEY})
+    # Raw requests only: the Python SDK sends Get Service Stats to a
+    # configured secondary host, and with path-style addressing it appends
+    # the account after the secondary one (a path this server does not route).
     status, _, body = raw.request("GET", f"/{ACCOUNT}-secondary/", "restype=service&comp=stats")
     assert status == 200 and "<Status>live</Status>" in body
     status, headers, _ = raw.request("GET", f"/{ACCOUNT}/", "restype=service&comp=stats")
     assert (status, headers["x-ms-error-code"]) == (400, "InvalidQueryParameterValue")
-    assert sec is not None
+
 
 
 def options(port, path, headers):

@@ -38,11 +38,19 @@ async fn main() -> azure_core::Result<()> {
     let id = m.message_id.clone().unwrap_or_default();
     let receipt = m.pop_receipt.clone().unwrap_or_default();
     q.update_message(&id, &receipt, 0, None).await?;
-    // the old receipt is stale now
-    check(
-        q.delete_message(&id, &receipt, None).await.is_err(),
-        "stale receipt is refused",
-    );
+    // the old receipt is stale now: Azure answers 404 MessageNotFound (any
+    // other error, a timeout say, must not pass for it)
+    let stale = q.delete_message(&id, &receipt, None).await;
+    let refused = match &stale {
+        Err(e) => match e.kind() {
+            azure_core::error::ErrorKind::HttpResponse { status, error_code, .. } => {
+                *status == azure_core::http::StatusCode::NotFound && error_code.as_deref() == Some("MessageNotFound")
+            }
+            _ => false,
+        },
+        Ok(_) => false,
+    };
+    check(refused, "stale receipt is refused with 404 MessageNotFound");
     let opts = azure_storage_queue::models::QueueClientReceiveMessagesOptions {
         number_of_messages: Some(32),
         ..Default::default()
