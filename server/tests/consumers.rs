@@ -31,7 +31,10 @@ fn no_message_is_delivered_to_two_consumers_at_once() {
     ))
     .expect("hematite starts");
     let mut c = client::Client::new(port);
-    assert_eq!(c.call("PUT", "/devstoreaccount1/sharedq", &[], b"").unwrap().status, 201);
+    assert_eq!(
+        c.call("PUT", "/devstoreaccount1/sharedq", &[], b"").unwrap().status,
+        201
+    );
     for i in 0..MESSAGES {
         let r = c
             .call(
