@@ -105,11 +105,11 @@ impl Drop for Held {
     }
 }
 
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     stream: S,
     fd: RawFd,
     peer: IpAddr,
-    ctx: Rc<Ctx>,
+    ctx: Rc<Ctx<D>>,
     stop: Arc<AtomicBool>,
     count: Rc<ConnCount>,
     reaper: Rc<Reaper>,
@@ -215,4 +215,83 @@ async fn write_before<W: AsyncWrite + Unpin>(
     let result = stream.write_all(bytes).await;
     watch.deadline.set(None);
     result
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use engine::disk::sim::SimDisk;
+    use engine::{ManualClock, Shard};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A peer that closes at once, and checks at close time that the reaper
+    /// no longer knows its fd: once the socket closes, the number may be
+    /// reused by the next connection, which the reaper must never shut down.
+    struct ClosingPeer {
+        reaper: Rc<Reaper>,
+        closed_while_watched: Rc<Cell<Option<bool>>>,
+    }
+    impl AsyncRead for ClosingPeer {
+        fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut [u8]) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(0))
+        }
+    }
+    impl AsyncWrite for ClosingPeer {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            let watched = !self.reaper.conns.borrow().is_empty();
+            self.closed_while_watched.set(Some(watched));
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn the_reaper_forgets_a_connection_before_its_socket_closes() {
+        futures::executor::block_on(async {
+            let shard = Shard::open(
+                SimDisk::new(),
+                engine::shard::ShardConfig::new(0),
+                Rc::new(ManualClock::new(1_800_000_000_000)),
+            )
+            .await
+            .unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let service = Rc::new(crate::service::ServiceStore::open(dir.path().into(), true).unwrap());
+            let ctx = Rc::new(Ctx {
+                router: crate::shards::Router::join(None, Rc::new(shard), service, 0, 1).await,
+                accounts: Rc::default(),
+                limits: Default::default(),
+                addressing: Default::default(),
+            });
+            let reaper = Rc::new(Reaper::default());
+            let seen = Rc::new(Cell::new(None));
+            let peer = ClosingPeer {
+                reaper: reaper.clone(),
+                closed_while_watched: seen.clone(),
+            };
+            serve(
+                peer,
+                -1,
+                "127.0.0.1".parse().unwrap(),
+                ctx,
+                Arc::new(AtomicBool::new(false)),
+                Rc::new(ConnCount::default()),
+                reaper.clone(),
+            )
+            .await;
+            assert_eq!(
+                seen.get(),
+                Some(false),
+                "the socket closed while the reaper still held its fd"
+            );
+            assert!(reaper.conns.borrow().is_empty());
+        });
+    }
 }
