@@ -1,4 +1,4 @@
-//! Authentication and authorization (`azure-queue-api.md` §5): Shared Key,
+//! Authentication and authorization (Microsoft's "Authorize with Shared Key", "Create a service SAS", "Create an account SAS"): Shared Key,
 //! Shared Key Lite, service SAS (with stored access policies) and account
 //! SAS. Runs on the core that accepted the connection; no request is served
 //! on a signature that does not verify.
@@ -49,7 +49,7 @@ pub enum Principal {
 }
 
 // HMAC takes keys of any length (longer ones are hashed first, RFC 2104
-// §2), so this cannot fail; the API is fallible only for MACs with fixed
+// section 2), so this cannot fail; the API is fallible only for MACs with fixed
 // key sizes.
 #[allow(clippy::expect_used)]
 fn sign(key: &[u8], msg: &str) -> HmacSha256 {
@@ -70,7 +70,7 @@ fn verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
 }
 
 /// Sort key emulating the service's culture-aware header order: symbols
-/// ignored, case-blind, `_` before digits before letters (§5.2 step 3).
+/// ignored, case-blind, `_` before digits before letters ("Authorize with Shared Key", constructing the canonicalized headers string).
 fn culture_key(name: &str) -> Vec<u8> {
     name.bytes()
         .filter_map(|b| match b {
@@ -132,7 +132,7 @@ fn canonical_resource(account: &str, t: &Target) -> String {
     s
 }
 
-/// The Shared Key strings-to-sign worth trying, most likely first (§5.2:
+/// The Shared Key strings-to-sign worth trying, most likely first ("Authorize with Shared Key":
 /// byte versus culture header order; Date line empty or not).
 pub fn shared_key_strings(req: &Request, account: &str, t: &Target) -> Vec<String> {
     let h = |n: &str| req.header(n).unwrap_or("").to_string();
@@ -393,7 +393,7 @@ fn check_permissions(sp: &str, allowed: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Verifies an account SAS (§5.6). Authorization happens in [`authorize`].
+/// Verifies an account SAS ("Create an account SAS"). Authorization happens in [`authorize`].
 pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) -> Result<Principal, ApiError> {
     let sv = sas
         .sv
@@ -435,7 +435,7 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) 
     })
 }
 
-/// Verifies a service SAS's signature for `queue` (§5.5). Runs before the
+/// Verifies a service SAS's signature for `queue` ("Create a service SAS"). Runs before the
 /// stored policy is fetched: an unsigned request must not cost a trip to
 /// another core.
 pub fn verify_service_sas(sas: &Sas, account: &Account, queue: &str) -> Result<(), ApiError> {
@@ -464,7 +464,7 @@ pub fn verify_service_sas(sas: &Sas, account: &Account, queue: &str) -> Result<(
     Ok(())
 }
 
-/// What a verified service SAS grants (§5.7): its fields merged with the
+/// What a verified service SAS grants ("Define a stored access policy"): its fields merged with the
 /// stored policy named by `si`, which the caller looked up on the queue's
 /// core after [`verify_service_sas`] passed.
 pub fn service_sas_grant(
@@ -526,7 +526,7 @@ pub fn service_sas(
     service_sas_grant(sas, policy, now, peer)
 }
 
-/// May `who` run `op`? (§5.5, §5.6)
+/// May `who` run `op`? (the permission tables of "Create a service SAS" and "Create an account SAS")
 pub fn authorize(who: &Principal, op: Operation) -> Result<(), ApiError> {
     use Operation::*;
     match who {

@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// The emulator's well-known development account (`azure-queue-api.md` §0).
+/// The emulator's well-known development account (Microsoft's "Use the Azurite emulator": devstoreaccount1 and its published key).
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 pub const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 

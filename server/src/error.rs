@@ -1,5 +1,5 @@
 //! Azure error answers: status, `x-ms-error-code`, and the XML error body
-//! (`azure-queue-api.md` §4). Every failure the server reports goes through
+//! (Microsoft's "Queue service error codes" and "Common REST API error codes"). Every failure the server reports goes through
 //! [`ApiError`], so no client ever gets a bare status.
 
 use crate::http::Response;

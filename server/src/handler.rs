@@ -1,6 +1,6 @@
 //! From a parsed request to a response: addressing, version check,
 //! authentication, routing to the owning core, and the wire shapes of every
-//! operation (`azure-queue-api.md` §2). Runs on the core that accepted the
+//! operation (Microsoft's Queue service REST reference). Runs on the core that accepted the
 //! connection.
 
 use crate::auth::{self, Account, Principal, Sas};
@@ -140,7 +140,7 @@ fn required<'a>(t: &'a Target, name: &'static str) -> Result<&'a str, ApiError> 
         .ok_or_else(|| engine::QueueError::MissingRequiredQueryParameter { name }.into())
 }
 
-/// Metadata from `x-ms-meta-*` headers (§3.2). The bare `x-ms-meta` header
+/// Metadata from `x-ms-meta-*` headers ("Set Queue Metadata"). The bare `x-ms-meta` header
 /// Python sends is ignored.
 fn metadata_of(req: &Request) -> Result<Metadata, ApiError> {
     let mut md = Vec::new();
@@ -635,7 +635,7 @@ fn header_allowed(allowed: &str, h: &str) -> bool {
         })
 }
 
-/// Preflight (§2.5): no authentication, the resource need not exist.
+/// Preflight ("Preflight Queue Request"): no authentication, the resource need not exist.
 async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response, ApiError> {
     let t = parse_target(req, &ctx.addressing)?;
     let origin = req
@@ -685,7 +685,7 @@ async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response, Api
     Ok(r)
 }
 
-/// CORS headers on a normal response (§2.5).
+/// CORS headers on a normal response ("CORS support for the Azure Storage services").
 async fn cors_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, resp: &mut Response) {
     let Ok(t) = parse_target(req, &ctx.addressing) else {
         return;

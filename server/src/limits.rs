@@ -56,7 +56,7 @@ pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 /// Requests in flight from other cores that one core serves at a time
 /// (bounded mesh channels give back-pressure beyond this).
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
-/// Clock skew allowed for Shared Key requests (§5.2).
+/// Clock skew allowed for Shared Key requests ("Authorize with Shared Key": 15 minutes).
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 /// Longest `x-ms-client-request-id` echoed back.
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;

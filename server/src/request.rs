@@ -1,4 +1,4 @@
-//! Addressing (`azure-queue-api.md` §1.2–1.3): which account, queue and
+//! Addressing (Microsoft's "Addressing Queue service resources"): which account, queue and
 //! message a request names, its decoded query, and which operation it is.
 // Input from the network flows through here: no unchecked arithmetic,
 // indexing or panicking unwraps (docs/SECURITY.md).
@@ -222,7 +222,7 @@ fn bad_comp(comp: &str) -> ApiError {
     ApiError::invalid_query("comp", comp, "The comp value is not valid for this resource.")
 }
 
-/// Maps method + target to the operation (§1.3).
+/// Maps method + target to the operation (the request line of each operation in the REST reference).
 pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
     use Operation::*;
     let comp = t.param("comp");

@@ -99,7 +99,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let cfg = cfg.clone();
         let stop = stop.clone();
         let ready = ready_tx.clone();
-        // Cloned once per executor, before it starts (glommio-notes pitfall 7).
+        // Cloned once per executor, before it starts: each executor joins the
+        // mesh with its own copy of the builder.
         let mesh = mesh.clone();
         let accounts = accounts.clone();
         let exit = ShardExit {

@@ -1,5 +1,5 @@
 //! Queue service properties (Logging, Hour/Minute Metrics, CORS), per
-//! account (`azure-queue-api.md` §2.2–2.5). Owned by core 0: other cores ask
+//! account ("Get/Set Queue Service Properties", "Preflight Queue Request"). Owned by core 0: other cores ask
 //! it over the mesh. Persisted as one XML file per account, replaced
 //! atomically (write, fsync, rename, fsync the directory).
 

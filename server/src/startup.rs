@@ -1,5 +1,6 @@
 //! Checks before any executor starts, each failing with a message that says
-//! what to change (glommio-notes pitfalls 1, 2, 3, 6): io_uring available,
+//! what to change, because glommio's own failures here are obscure (a panic
+//! or an ENOMEM deep inside ring setup): io_uring available,
 //! enough locked memory, O_DIRECT on the data directory, the shard count
 //! recorded in the data directory, and the CPUs we may run on.
 

@@ -1,4 +1,4 @@
-//! XML in and out, in Azure's shapes (`azure-queue-api.md` §2). Requests are
+//! XML in and out, in Azure's shapes (Microsoft's Queue service REST reference). Requests are
 //! parsed with quick-xml, order-insensitively, tolerating any declaration;
 //! responses are written directly, elements in the order the REST reference
 //! gives. Times: RFC 1123 in message XML, ISO 8601 with 7 digits in ACLs.
@@ -77,7 +77,7 @@ pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
     Some(PrimitiveDateTime::new(date, time).assume_utc())
 }
 
-/// Put Message's 201 body (§2.12).
+/// Put Message's 201 body (REST reference: "Put Message").
 pub fn write_put(p: &engine::shard::PutReceipt) -> String {
     format!(
         "{DECL}<QueueMessagesList><QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible></QueueMessage></QueueMessagesList>",
@@ -109,7 +109,7 @@ fn write_list<T>(msgs: &[T], text_len: impl Fn(&T) -> usize, item: impl Fn(&mut 
     s
 }
 
-/// Get Messages' body (§2.13).
+/// Get Messages' body (REST reference: "Get Messages").
 pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
     use std::fmt::Write;
     write_list(
@@ -131,7 +131,7 @@ pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
     )
 }
 
-/// Peek Messages' body (§2.14): no receipt, no next-visible time.
+/// Peek Messages' body (REST reference: "Peek Messages"): no receipt, no next-visible time.
 pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
     use std::fmt::Write;
     write_list(
@@ -242,7 +242,7 @@ pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
     root.ok_or_else(|| ApiError::invalid_xml("The request body has no root element."))
 }
 
-/// XML 1.0's `Char` production (§2.2): C0 control characters other than tab,
+/// XML 1.0's `Char` production (W3C XML 1.0, section 2.2): C0 control characters other than tab,
 /// line feed and carriage return, and U+FFFE/U+FFFF, are not XML, raw or as
 /// character references. A text holding one could be stored but never
 /// returned in a well-formed answer, so it is refused as the service does.
