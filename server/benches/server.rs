@@ -4,9 +4,10 @@
 
 use base64::Engine;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use server::addressing::parse_target;
 use server::auth::{shared_key, shared_key_strings, signature, Account};
 use server::http::{Reader, Request};
-use server::request::{parse_target, route};
+use server::ops::route;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -60,7 +61,7 @@ fn signed_put() -> (Request, Vec<u8>) {
         body: vec![],
     };
     let key = base64::engine::general_purpose::STANDARD.decode(KEY).unwrap();
-    let t = parse_target(&req, &server::request::Addressing::path_style_only()).unwrap();
+    let t = parse_target(&req, &server::addressing::Addressing::path_style_only()).unwrap();
     let sig = signature(&key, &shared_key_strings(&req, "devstoreaccount1", &t)[0]);
     req.headers
         .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
@@ -81,7 +82,7 @@ fn http(c: &mut Criterion) {
         b.iter(|| {
             let mut r = Reader::new(Once(raw.clone(), 0));
             let req = futures_lite::future::block_on(r.next_request()).unwrap().unwrap();
-            let t = parse_target(&req, &server::request::Addressing::path_style_only()).unwrap();
+            let t = parse_target(&req, &server::addressing::Addressing::path_style_only()).unwrap();
             route(&req.method, &t).unwrap()
         })
     });
@@ -94,7 +95,7 @@ fn auth(c: &mut Criterion) {
         name: "devstoreaccount1".into(),
         keys: vec![base64::engine::general_purpose::STANDARD.decode(KEY).unwrap()],
     };
-    let t = parse_target(&req, &server::request::Addressing::path_style_only()).unwrap();
+    let t = parse_target(&req, &server::addressing::Addressing::path_style_only()).unwrap();
     c.bench_function("shared_key_verify", |b| {
         b.iter(|| shared_key(&req, &account, &t, SystemTime::now()).unwrap())
     });

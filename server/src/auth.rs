@@ -11,9 +11,10 @@
     clippy::expect_used
 )]
 
+use crate::addressing::Target;
 use crate::error::ApiError;
 use crate::http::Request;
-use crate::request::{Operation, Target};
+use crate::ops::{Needs, SasRule};
 use crate::xmlio::parse_iso8601;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -358,12 +359,12 @@ fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiEr
 fn common_sas_checks(sas: &Sas, peer: IpAddr) -> Result<(), ApiError> {
     if let Some(sip) = &sas.sip {
         if !sip.is_empty() && !in_ip_range(sip, peer) {
-            return Err(ApiError::authorization("AuthorizationSourceIPMismatch"));
+            return Err(Denied::SourceIpMismatch.into());
         }
     }
     if let Some(spr) = &sas.spr {
         if !spr.split(',').any(|p| p.trim() == "http") {
-            return Err(ApiError::authorization("AuthorizationProtocolMismatch"));
+            return Err(Denied::ProtocolMismatch.into());
         }
     }
     Ok(())
@@ -526,55 +527,45 @@ pub fn service_sas(
     service_sas_grant(sas, policy, now, peer)
 }
 
-/// May `who` run `op`? (the permission tables of "Create a service SAS" and "Create an account SAS")
-pub fn authorize(who: &Principal, op: Operation) -> Result<(), ApiError> {
-    use Operation::*;
+/// Why an authenticated request may not run its operation: 403 with the
+/// code named after each variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// `AuthorizationFailure`: this kind of credential can never do it.
+    Failure,
+    PermissionMismatch,
+    ServiceMismatch,
+    ResourceTypeMismatch,
+    SourceIpMismatch,
+    ProtocolMismatch,
+}
+
+/// May `who` run an operation that needs `needs`? (the permission tables of
+/// "Create a service SAS" and "Create an account SAS")
+pub fn authorize(who: &Principal, needs: &Needs) -> Result<(), Denied> {
     match who {
         Principal::Owner => Ok(()),
-        Principal::ServiceSas { permissions } => {
-            let letter = match op {
-                GetQueueMetadata | PeekMessages => 'r',
-                PutMessage => 'a',
-                UpdateMessage => 'u',
-                GetMessages | DeleteMessage => 'p',
-                GetQueueAcl | SetQueueAcl => return Err(ApiError::authorization("AuthorizationFailure")),
-                _ => return Err(ApiError::authorization("AuthorizationPermissionMismatch")),
-            };
-            if permissions.contains(letter) {
-                Ok(())
-            } else {
-                Err(ApiError::authorization("AuthorizationPermissionMismatch"))
-            }
-        }
+        Principal::ServiceSas { permissions } => match needs.service_sas {
+            SasRule::Letter(l) if permissions.contains(l) => Ok(()),
+            SasRule::Letter(_) | SasRule::NotPermitted => Err(Denied::PermissionMismatch),
+            SasRule::OwnerOnly => Err(Denied::Failure),
+        },
         Principal::AccountSas {
             services,
             resource_types,
             permissions,
         } => {
             if !services.contains('q') {
-                return Err(ApiError::authorization("AuthorizationServiceMismatch"));
+                return Err(Denied::ServiceMismatch);
             }
-            let (types, letters): (&str, &str) = match op {
-                ListQueues => ("s", "l"),
-                GetServiceProperties | GetServiceStats => ("s", "r"),
-                SetServiceProperties => ("s", "w"),
-                CreateQueue => ("c", "wc"),
-                DeleteQueue => ("c", "d"),
-                GetQueueMetadata => ("c", "r"),
-                SetQueueMetadata => ("c", "w"),
-                GetQueueAcl | SetQueueAcl => return Err(ApiError::authorization("AuthorizationFailure")),
-                PutMessage => ("o", "a"),
-                GetMessages => ("o", "p"),
-                PeekMessages => ("o", "r"),
-                DeleteMessage => ("oc", "p"),
-                UpdateMessage => ("oc", "u"),
-                ClearMessages => ("oc", "d"),
+            let Some((types, letters)) = needs.account_sas else {
+                return Err(Denied::Failure);
             };
             if !types.chars().any(|c| resource_types.contains(c)) {
-                return Err(ApiError::authorization("AuthorizationResourceTypeMismatch"));
+                return Err(Denied::ResourceTypeMismatch);
             }
             if !letters.chars().any(|c| permissions.contains(c)) {
-                return Err(ApiError::authorization("AuthorizationPermissionMismatch"));
+                return Err(Denied::PermissionMismatch);
             }
             Ok(())
         }
@@ -590,7 +581,8 @@ pub fn authorize(who: &Principal, op: Operation) -> Result<(), ApiError> {
 )]
 mod tests {
     use super::*;
-    use crate::request::parse_target;
+    use crate::addressing::parse_target;
+    use crate::ops::{needs, Operation};
 
     const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
@@ -624,7 +616,7 @@ mod tests {
                 ("x-ms-client-request-id", "806160dc-e661-11f1-926c-02fc00000001"),
             ],
         );
-        let t = parse_target(&r, &crate::request::Addressing::default()).unwrap();
+        let t = parse_target(&r, &crate::addressing::Addressing::default()).unwrap();
         let sts = &shared_key_strings(&r, "devstoreaccount1", &t)[0];
         assert_eq!(
             sts,
@@ -641,7 +633,7 @@ mod tests {
             "/devstoreaccount1/q1",
             &[("x-ms-date", &date), ("x-ms-version", "2026-10-06")],
         );
-        let t = parse_target(&r, &crate::request::Addressing::default()).unwrap();
+        let t = parse_target(&r, &crate::addressing::Addressing::default()).unwrap();
         let sig = signature(&acct().keys[0], &shared_key_strings(&r, "devstoreaccount1", &t)[0]);
         r.headers
             .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
@@ -667,14 +659,14 @@ mod tests {
             ..Default::default()
         };
         let who = service_sas(&sas, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).unwrap();
-        assert!(authorize(&who, Operation::PutMessage).is_ok());
+        assert!(authorize(&who, &needs(Operation::PutMessage)).is_ok());
         assert_eq!(
-            authorize(&who, Operation::UpdateMessage).unwrap_err().code,
-            "AuthorizationPermissionMismatch"
+            authorize(&who, &needs(Operation::UpdateMessage)).unwrap_err(),
+            Denied::PermissionMismatch
         );
         assert_eq!(
-            authorize(&who, Operation::GetQueueAcl).unwrap_err().code,
-            "AuthorizationFailure"
+            authorize(&who, &needs(Operation::GetQueueAcl)).unwrap_err(),
+            Denied::Failure
         );
         // another queue: the signature no longer matches
         assert_eq!(
@@ -716,7 +708,7 @@ mod tests {
             "127.0.0.1".parse().unwrap(),
         )
         .unwrap();
-        assert!(authorize(&who, Operation::GetMessages).is_ok());
+        assert!(authorize(&who, &needs(Operation::GetMessages)).is_ok());
         assert!(service_sas(&with_si, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).is_err());
     }
 
@@ -734,10 +726,10 @@ mod tests {
             ..Default::default()
         };
         let who = account_sas(&sas, &acct(), now, "10.0.0.1".parse().unwrap()).unwrap();
-        assert!(authorize(&who, Operation::ListQueues).is_ok());
+        assert!(authorize(&who, &needs(Operation::ListQueues)).is_ok());
         assert_eq!(
-            authorize(&who, Operation::DeleteQueue).unwrap_err().code,
-            "AuthorizationPermissionMismatch"
+            authorize(&who, &needs(Operation::DeleteQueue)).unwrap_err(),
+            Denied::PermissionMismatch
         );
         let ip = Sas {
             sip: Some("1.2.3.4".into()),
@@ -750,8 +742,8 @@ mod tests {
             permissions: "rwdlacup".into(),
         };
         assert_eq!(
-            authorize(&blob_only, Operation::ListQueues).unwrap_err().code,
-            "AuthorizationServiceMismatch"
+            authorize(&blob_only, &needs(Operation::ListQueues)).unwrap_err(),
+            Denied::ServiceMismatch
         );
         let objects = Principal::AccountSas {
             services: "q".into(),
@@ -759,8 +751,8 @@ mod tests {
             permissions: "rwdlacup".into(),
         };
         assert_eq!(
-            authorize(&objects, Operation::CreateQueue).unwrap_err().code,
-            "AuthorizationResourceTypeMismatch"
+            authorize(&objects, &needs(Operation::CreateQueue)).unwrap_err(),
+            Denied::ResourceTypeMismatch
         );
     }
 

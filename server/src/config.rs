@@ -80,7 +80,7 @@ pub struct Config {
     /// Host suffixes for host-style addressing (`{account}.{suffix}`),
     /// comma-separated. Any other Host is path-style (`/{account}/…`), so
     /// IP literals, `localhost` and plain names always work.
-    #[arg(long = "host-suffix", env = "HEMATITE_HOST_SUFFIXES", value_delimiter = ',', default_value = crate::request::DEFAULT_HOST_SUFFIX)]
+    #[arg(long = "host-suffix", env = "HEMATITE_HOST_SUFFIXES", value_delimiter = ',', default_value = crate::addressing::DEFAULT_HOST_SUFFIX)]
     pub host_suffixes: Vec<String>,
 
     /// Answer stale pop receipts like Azurite (400 PopReceiptMismatch)

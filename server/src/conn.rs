@@ -265,7 +265,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let service = Rc::new(crate::service::ServiceStore::open(dir.path().into(), true).unwrap());
             let ctx = Rc::new(Ctx {
-                router: crate::shards::Router::join(None, Rc::new(shard), service, 0, 1).await,
+                router: crate::router::Router::join(None, Rc::new(shard), service, 0, 1).await,
                 accounts: Rc::default(),
                 limits: Default::default(),
                 addressing: Default::default(),

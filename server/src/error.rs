@@ -39,28 +39,6 @@ impl ApiError {
         .detail("AuthenticationErrorDetail", detail)
     }
 
-    pub fn authorization(code: &'static str) -> Self {
-        let msg = match code {
-            "AuthorizationPermissionMismatch" => {
-                "This request is not authorized to perform this operation using this permission."
-            }
-            "AuthorizationServiceMismatch" => {
-                "This request is not authorized to perform this operation using this service."
-            }
-            "AuthorizationResourceTypeMismatch" => {
-                "This request is not authorized to perform this operation using this resource type."
-            }
-            "AuthorizationSourceIPMismatch" => {
-                "This request is not authorized to perform this operation using this source IP."
-            }
-            "AuthorizationProtocolMismatch" => {
-                "This request is not authorized to perform this operation using this protocol."
-            }
-            _ => "This request is not authorized to perform this operation.",
-        };
-        ApiError::new(403, code, msg)
-    }
-
     pub fn invalid_query(name: &str, value: &str, reason: &str) -> Self {
         ApiError::new(
             400,
@@ -149,5 +127,24 @@ impl From<QueueError> for ApiError {
             message: e.to_string(),
             details: e.details(),
         }
+    }
+}
+
+impl From<crate::auth::Denied> for ApiError {
+    fn from(d: crate::auth::Denied) -> Self {
+        use crate::auth::Denied::*;
+        let (code, what) = match d {
+            Failure => ("AuthorizationFailure", ""),
+            PermissionMismatch => ("AuthorizationPermissionMismatch", " using this permission"),
+            ServiceMismatch => ("AuthorizationServiceMismatch", " using this service"),
+            ResourceTypeMismatch => ("AuthorizationResourceTypeMismatch", " using this resource type"),
+            SourceIpMismatch => ("AuthorizationSourceIPMismatch", " using this source IP"),
+            ProtocolMismatch => ("AuthorizationProtocolMismatch", " using this protocol"),
+        };
+        ApiError::new(
+            403,
+            code,
+            format!("This request is not authorized to perform this operation{what}."),
+        )
     }
 }

@@ -9,10 +9,12 @@
 //! - [`conn`]: one connection: framing, pipelining, timeouts.
 //! - [`http`]: our HTTP/1.1 on httparse (requests, bodies, responses).
 //! - [`handler`]: from request to response: addressing, version, auth,
-//!   routing, and every operation's wire shape.
-//! - [`request`]: addressing and the operation table.
+//!   then the operation.
+//! - [`addressing`]: which account, queue and message a request names.
+//! - [`ops`]: one module per operation (parse, permission, work, answer),
+//!   the route table and the registry.
 //! - [`auth`]: Shared Key, Shared Key Lite, service and account SAS.
-//! - [`shards`]: commands to the owning core over the channel mesh.
+//! - [`router`]: work sent to the owning core over the channel mesh.
 //! - [`service`]: service properties (CORS, logging, metrics), owned by core 0.
 //! - [`xmlio`]: XML in and out; time formats.
 //! - [`error`]: Azure error responses.
@@ -21,8 +23,9 @@
 //! # Ownership
 //! Every connection, and everything it touches, belongs to the core that
 //! accepted it. Queue state belongs to the core that owns the queue; other
-//! cores reach it only by sending a `shards::Command`.
+//! cores reach it only by sending a `router::Job`.
 
+pub mod addressing;
 pub mod auth;
 pub mod config;
 pub mod conn;
@@ -30,9 +33,9 @@ pub mod error;
 pub mod handler;
 pub mod http;
 pub mod limits;
-pub mod request;
+pub mod ops;
+pub mod router;
 pub mod runtime;
 pub mod service;
-pub mod shards;
 pub mod startup;
 pub mod xmlio;

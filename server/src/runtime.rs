@@ -8,8 +8,8 @@ use crate::config::{Config, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
 use crate::limits::MAINTENANCE_INTERVAL;
+use crate::router::{self, Router};
 use crate::service::ServiceStore;
-use crate::shards::{self, Router};
 use crate::startup;
 use engine::disk::dma::{DmaDisk, SyncPath};
 use engine::shard::ShardConfig;
@@ -92,7 +92,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let (exit_tx, exit_rx) = mpsc::channel::<(usize, bool)>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
-    let mesh = (n > 1).then(|| shards::mesh(n));
+    let mesh = (n > 1).then(|| router::mesh(n));
     let accounts: HashMap<String, crate::auth::Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
@@ -182,7 +182,7 @@ async fn shard_main(
     i: usize,
     n: usize,
     cfg: Config,
-    mesh: Option<shards::Mesh>,
+    mesh: Option<router::Mesh>,
     accounts: HashMap<String, crate::auth::Account>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<usize, String>>,
@@ -219,7 +219,7 @@ async fn shard_main(
         router,
         accounts: Rc::new(accounts),
         limits,
-        addressing: crate::request::Addressing {
+        addressing: crate::addressing::Addressing {
             host_suffixes: cfg
                 .host_suffixes
                 .iter()

@@ -2,9 +2,9 @@
 //! Key (the signer is the server's own, which the SDK suites verify).
 
 use base64::Engine;
+use server::addressing::parse_target;
 use server::auth::{shared_key_strings, signature};
 use server::http::Request;
-use server::request::parse_target;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -70,8 +70,8 @@ pub fn signed_request(
         headers: headers.clone(),
         body: vec![],
     };
-    let t =
-        parse_target(&req, &server::request::Addressing::path_style_only()).map_err(|e| io::Error::other(e.message))?;
+    let t = parse_target(&req, &server::addressing::Addressing::path_style_only())
+        .map_err(|e| io::Error::other(e.message))?;
     let sig = signature(key, &shared_key_strings(&req, ACCOUNT, &t)[0]);
     let mut out = format!("{method} {target} HTTP/1.1\r\n");
     for (k, v) in &headers {

@@ -195,7 +195,7 @@ impl Conn {
                 headers: headers.clone(),
                 body: vec![],
             };
-            let t = server::request::parse_target(&req, &server::request::Addressing::path_style_only())
+            let t = server::addressing::parse_target(&req, &server::addressing::Addressing::path_style_only())
                 .map_err(|e| std::io::Error::other(e.message))?;
             let sts = &server::auth::shared_key_strings(&req, &self.args.account, &t)[0];
             headers.push((

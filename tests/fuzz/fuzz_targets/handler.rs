@@ -20,7 +20,7 @@ use glommio::{LocalExecutor, LocalExecutorBuilder, Placement};
 use libfuzzer_sys::fuzz_target;
 use server::handler::Ctx;
 use server::http::Reader;
-use server::shards::{Router, ServiceStore};
+use server::router::{Router, ServiceStore};
 use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;

@@ -44,8 +44,8 @@ fuzz_target!(|data: &[u8]| {
         for _ in 0..16 {
             match r.next_request().await {
                 Ok(Some(req)) => {
-                    if let Ok(t) = server::request::parse_target(&req, &server::request::Addressing::path_style_only()) {
-                        let _ = server::request::route(&req.method, &t);
+                    if let Ok(t) = server::addressing::parse_target(&req, &server::addressing::Addressing::path_style_only()) {
+                        let _ = server::ops::route(&req.method, &t);
                         let _ = server::auth::Sas::from_target(&t);
                     }
                     if let Some(a) = req.header("authorization") {

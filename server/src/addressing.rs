@@ -1,5 +1,6 @@
-//! Addressing (Microsoft's "Addressing Queue service resources"): which account, queue and
-//! message a request names, its decoded query, and which operation it is.
+//! Addressing (Microsoft's "Addressing Queue service resources"): which
+//! account, queue and message a request names, and its decoded query. Which
+//! operation that is, is `ops::route`'s business.
 // Input from the network flows through here: no unchecked arithmetic,
 // indexing or panicking unwraps (docs/SECURITY.md).
 #![deny(
@@ -197,91 +198,6 @@ fn names_account(first: Option<&str>, label: &str) -> bool {
     first.is_some_and(|f| f == account || f.strip_suffix("-secondary") == Some(account))
 }
 
-/// Every operation of the queue service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    ListQueues,
-    GetServiceProperties,
-    SetServiceProperties,
-    GetServiceStats,
-    CreateQueue,
-    DeleteQueue,
-    GetQueueMetadata,
-    SetQueueMetadata,
-    GetQueueAcl,
-    SetQueueAcl,
-    PutMessage,
-    GetMessages,
-    PeekMessages,
-    ClearMessages,
-    DeleteMessage,
-    UpdateMessage,
-}
-
-fn bad_comp(comp: &str) -> ApiError {
-    ApiError::invalid_query("comp", comp, "The comp value is not valid for this resource.")
-}
-
-/// Maps method + target to the operation (the request line of each operation in the REST reference).
-pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
-    use Operation::*;
-    let comp = t.param("comp");
-    let restype = t.param("restype");
-    // HEAD exists only where Azure defines it: Get Queue Metadata and Get
-    // Queue ACL. Anywhere else it would run a GET (a dequeue on /messages).
-    let m = match method {
-        "HEAD" if t.queue.is_some() && !t.messages && matches!(comp, Some("metadata" | "acl")) => "GET",
-        "HEAD" => return Err(ApiError::unsupported_verb()),
-        other => other,
-    };
-    let Some(_) = &t.queue else {
-        return match (m, restype, comp) {
-            ("GET", _, Some("list")) => Ok(ListQueues),
-            ("GET", Some("service"), Some("properties")) => Ok(GetServiceProperties),
-            ("PUT", Some("service"), Some("properties")) => Ok(SetServiceProperties),
-            ("GET", Some("service"), Some("stats")) => Ok(GetServiceStats),
-            (_, _, Some("list" | "properties" | "stats")) => Err(ApiError::unsupported_verb()),
-            (_, _, Some(c)) => Err(bad_comp(c)),
-            _ => Err(ApiError::invalid_uri()),
-        };
-    };
-    if t.message_id.is_some() {
-        if let Some(c) = comp {
-            return Err(bad_comp(c));
-        }
-        return match m {
-            "DELETE" => Ok(DeleteMessage),
-            "PUT" => Ok(UpdateMessage),
-            _ => Err(ApiError::unsupported_verb()),
-        };
-    }
-    if t.messages {
-        // Message operations take no comp; accepting one would let a signed
-        // `?comp=metadata` read run as a dequeue.
-        if let Some(c) = comp {
-            return Err(bad_comp(c));
-        }
-        return match m {
-            "POST" => Ok(PutMessage),
-            "GET" if t.param("peekonly").is_some_and(|v| v.eq_ignore_ascii_case("true")) => Ok(PeekMessages),
-            "GET" => Ok(GetMessages),
-            "DELETE" => Ok(ClearMessages),
-            _ => Err(ApiError::unsupported_verb()),
-        };
-    }
-    match (m, comp) {
-        ("PUT", None) => Ok(CreateQueue),
-        ("DELETE", None) => Ok(DeleteQueue),
-        ("GET", Some("metadata")) => Ok(GetQueueMetadata),
-        ("PUT", Some("metadata")) => Ok(SetQueueMetadata),
-        ("GET", Some("acl")) => Ok(GetQueueAcl),
-        ("PUT", Some("acl")) => Ok(SetQueueAcl),
-        (_, Some(c)) if c != "metadata" && c != "acl" => Err(bad_comp(c)),
-        ("GET", None) => Err(ApiError::invalid_uri()),
-        _ => Err(ApiError::unsupported_verb()),
-    }
-}
-
 #[cfg(test)]
 #[allow(
     clippy::unwrap_used,
@@ -328,7 +244,6 @@ mod tests {
         ))
         .unwrap();
         assert!(t.secondary);
-        assert_eq!(route("GET", &t).unwrap(), Operation::GetServiceStats);
         for bad in [
             "/a/q/notmessages",
             "/a/q/messages/id/extra",
@@ -338,49 +253,5 @@ mod tests {
         ] {
             assert!(parse_target_(&req("GET", bad, "127.0.0.1")).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn routing_table() {
-        use Operation::*;
-        let cases = [
-            ("GET", "/a/?comp=list", Ok(ListQueues)),
-            ("PUT", "/a?restype=service&comp=properties", Ok(SetServiceProperties)),
-            ("PUT", "/a/q", Ok(CreateQueue)),
-            ("DELETE", "/a/q", Ok(DeleteQueue)),
-            ("HEAD", "/a/q?comp=metadata", Ok(GetQueueMetadata)),
-            ("PUT", "/a/q?comp=acl", Ok(SetQueueAcl)),
-            ("POST", "/a/q/messages?visibilitytimeout=1", Ok(PutMessage)),
-            ("GET", "/a/q/messages?peekonly=TRUE", Ok(PeekMessages)),
-            ("GET", "/a/q/messages", Ok(GetMessages)),
-            ("DELETE", "/a/q/messages", Ok(ClearMessages)),
-            ("DELETE", "/a/q/messages/id?popreceipt=x", Ok(DeleteMessage)),
-            ("PUT", "/a/q/messages/id?popreceipt=x", Ok(UpdateMessage)),
-        ];
-        for (m, p, want) in cases {
-            assert_eq!(
-                route(m, &parse_target_(&req(m, p, "127.0.0.1")).unwrap()),
-                want,
-                "{m} {p}"
-            );
-        }
-        assert_eq!(
-            route(
-                "PATCH",
-                &parse_target_(&req("PATCH", "/a/q/messages", "127.0.0.1")).unwrap()
-            )
-            .unwrap_err()
-            .code,
-            "UnsupportedHttpVerb"
-        );
-        assert_eq!(
-            route(
-                "GET",
-                &parse_target_(&req("GET", "/a/q?comp=bogus", "127.0.0.1")).unwrap()
-            )
-            .unwrap_err()
-            .code,
-            "InvalidQueryParameterValue"
-        );
     }
 }

@@ -1,0 +1,390 @@
+//! One module per Azure operation, in the manner of mini-redis's `cmd/`.
+//! Each holds everything about its operation: how it is read from the
+//! routed request, the permission it needs, the work it sends to the core
+//! that owns its data, and the answer it writes. This file holds the route
+//! table and the registry that connects the two.
+//!
+//! **Adding an operation** touches its own file and two places here: a
+//! variant with its route in [`route`], and one line in [`run`].
+// Input from the network flows through here: no unchecked arithmetic,
+// indexing or panicking unwraps (docs/SECURITY.md).
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
+mod clear_messages;
+pub mod cors;
+mod create_queue;
+mod delete_message;
+mod delete_queue;
+mod get_messages;
+mod get_queue_acl;
+mod get_queue_metadata;
+mod get_service_properties;
+mod get_service_stats;
+mod list_queues;
+mod peek_messages;
+mod put_message;
+mod set_queue_acl;
+mod set_queue_metadata;
+mod set_service_properties;
+mod update_message;
+
+pub use get_queue_acl::stored_policies;
+
+use crate::addressing::Target;
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::handler::Ctx;
+use crate::http::{Request, Response};
+use engine::disk::Disk;
+use engine::model::Metadata;
+
+/// What a SAS must grant for an operation. The account key may do anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Needs {
+    pub service_sas: SasRule,
+    /// Account SAS: one of these resource types (`s`, `c`, `o`) and one of
+    /// these permission letters; `None`: only the account key may.
+    pub account_sas: Option<(&'static str, &'static str)>,
+}
+
+/// What a service SAS (one queue, letters `raup`) may do for an operation.
+#[derive(Debug, Clone, Copy)]
+pub enum SasRule {
+    /// Allowed with this permission letter.
+    Letter(char),
+    /// Never with a service SAS: 403 `AuthorizationPermissionMismatch`.
+    NotPermitted,
+    /// Only with the account key: 403 `AuthorizationFailure` (ACLs).
+    OwnerOnly,
+}
+
+/// One Azure operation. `parse` runs on the core that accepted the
+/// connection; `run` sends work to the core that owns the data through the
+/// router and writes the answer back on the accepting core.
+#[allow(async_fn_in_trait)] // used with generics on one core, never boxed or sent
+pub trait Op: Sized {
+    const NEEDS: Needs;
+    /// Reads the operation's parameters; every error is the client's.
+    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError>;
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError>;
+}
+
+/// Authorizes, checks the body headers, parses and runs one operation.
+async fn go<O: Op, D: Disk>(ctx: &Ctx<D>, req: &Request, t: &Target, who: &Principal) -> Result<Response, ApiError> {
+    crate::auth::authorize(who, &O::NEEDS)?;
+    check_body_headers(req)?;
+    O::parse(req, t)?.run(ctx, req, t).await
+}
+
+/// The registry: one line per operation.
+pub async fn run<D: Disk>(
+    op: Operation,
+    ctx: &Ctx<D>,
+    req: &Request,
+    t: &Target,
+    who: &Principal,
+) -> Result<Response, ApiError> {
+    use Operation::*;
+    match op {
+        ListQueues => go::<list_queues::ListQueues, D>(ctx, req, t, who).await,
+        GetServiceProperties => go::<get_service_properties::GetServiceProperties, D>(ctx, req, t, who).await,
+        SetServiceProperties => go::<set_service_properties::SetServiceProperties, D>(ctx, req, t, who).await,
+        GetServiceStats => go::<get_service_stats::GetServiceStats, D>(ctx, req, t, who).await,
+        CreateQueue => go::<create_queue::CreateQueue, D>(ctx, req, t, who).await,
+        DeleteQueue => go::<delete_queue::DeleteQueue, D>(ctx, req, t, who).await,
+        GetQueueMetadata => go::<get_queue_metadata::GetQueueMetadata, D>(ctx, req, t, who).await,
+        SetQueueMetadata => go::<set_queue_metadata::SetQueueMetadata, D>(ctx, req, t, who).await,
+        GetQueueAcl => go::<get_queue_acl::GetQueueAcl, D>(ctx, req, t, who).await,
+        SetQueueAcl => go::<set_queue_acl::SetQueueAcl, D>(ctx, req, t, who).await,
+        PutMessage => go::<put_message::PutMessage, D>(ctx, req, t, who).await,
+        GetMessages => go::<get_messages::GetMessages, D>(ctx, req, t, who).await,
+        PeekMessages => go::<peek_messages::PeekMessages, D>(ctx, req, t, who).await,
+        ClearMessages => go::<clear_messages::ClearMessages, D>(ctx, req, t, who).await,
+        DeleteMessage => go::<delete_message::DeleteMessage, D>(ctx, req, t, who).await,
+        UpdateMessage => go::<update_message::UpdateMessage, D>(ctx, req, t, who).await,
+    }
+}
+
+/// Every operation of the queue service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    ListQueues,
+    GetServiceProperties,
+    SetServiceProperties,
+    GetServiceStats,
+    CreateQueue,
+    DeleteQueue,
+    GetQueueMetadata,
+    SetQueueMetadata,
+    GetQueueAcl,
+    SetQueueAcl,
+    PutMessage,
+    GetMessages,
+    PeekMessages,
+    ClearMessages,
+    DeleteMessage,
+    UpdateMessage,
+}
+
+fn bad_comp(comp: &str) -> ApiError {
+    ApiError::invalid_query("comp", comp, "The comp value is not valid for this resource.")
+}
+
+/// Maps method + target to the operation (the request line of each operation in the REST reference).
+pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
+    use Operation::*;
+    let comp = t.param("comp");
+    let restype = t.param("restype");
+    // HEAD exists only where Azure defines it: Get Queue Metadata and Get
+    // Queue ACL. Anywhere else it would run a GET (a dequeue on /messages).
+    let m = match method {
+        "HEAD" if t.queue.is_some() && !t.messages && matches!(comp, Some("metadata" | "acl")) => "GET",
+        "HEAD" => return Err(ApiError::unsupported_verb()),
+        other => other,
+    };
+    let Some(_) = &t.queue else {
+        return match (m, restype, comp) {
+            ("GET", _, Some("list")) => Ok(ListQueues),
+            ("GET", Some("service"), Some("properties")) => Ok(GetServiceProperties),
+            ("PUT", Some("service"), Some("properties")) => Ok(SetServiceProperties),
+            ("GET", Some("service"), Some("stats")) => Ok(GetServiceStats),
+            (_, _, Some("list" | "properties" | "stats")) => Err(ApiError::unsupported_verb()),
+            (_, _, Some(c)) => Err(bad_comp(c)),
+            _ => Err(ApiError::invalid_uri()),
+        };
+    };
+    if t.message_id.is_some() {
+        if let Some(c) = comp {
+            return Err(bad_comp(c));
+        }
+        return match m {
+            "DELETE" => Ok(DeleteMessage),
+            "PUT" => Ok(UpdateMessage),
+            _ => Err(ApiError::unsupported_verb()),
+        };
+    }
+    if t.messages {
+        // Message operations take no comp; accepting one would let a signed
+        // `?comp=metadata` read run as a dequeue.
+        if let Some(c) = comp {
+            return Err(bad_comp(c));
+        }
+        return match m {
+            "POST" => Ok(PutMessage),
+            "GET" if t.param("peekonly").is_some_and(|v| v.eq_ignore_ascii_case("true")) => Ok(PeekMessages),
+            "GET" => Ok(GetMessages),
+            "DELETE" => Ok(ClearMessages),
+            _ => Err(ApiError::unsupported_verb()),
+        };
+    }
+    match (m, comp) {
+        ("PUT", None) => Ok(CreateQueue),
+        ("DELETE", None) => Ok(DeleteQueue),
+        ("GET", Some("metadata")) => Ok(GetQueueMetadata),
+        ("PUT", Some("metadata")) => Ok(SetQueueMetadata),
+        ("GET", Some("acl")) => Ok(GetQueueAcl),
+        ("PUT", Some("acl")) => Ok(SetQueueAcl),
+        (_, Some(c)) if c != "metadata" && c != "acl" => Err(bad_comp(c)),
+        ("GET", None) => Err(ApiError::invalid_uri()),
+        _ => Err(ApiError::unsupported_verb()),
+    }
+}
+
+/// What `op` needs, for tests of the authorization tables.
+#[cfg(test)]
+pub fn needs(op: Operation) -> Needs {
+    use Operation::*;
+    match op {
+        ListQueues => <list_queues::ListQueues as Op>::NEEDS,
+        GetServiceProperties => <get_service_properties::GetServiceProperties as Op>::NEEDS,
+        SetServiceProperties => <set_service_properties::SetServiceProperties as Op>::NEEDS,
+        GetServiceStats => <get_service_stats::GetServiceStats as Op>::NEEDS,
+        CreateQueue => <create_queue::CreateQueue as Op>::NEEDS,
+        DeleteQueue => <delete_queue::DeleteQueue as Op>::NEEDS,
+        GetQueueMetadata => <get_queue_metadata::GetQueueMetadata as Op>::NEEDS,
+        SetQueueMetadata => <set_queue_metadata::SetQueueMetadata as Op>::NEEDS,
+        GetQueueAcl => <get_queue_acl::GetQueueAcl as Op>::NEEDS,
+        SetQueueAcl => <set_queue_acl::SetQueueAcl as Op>::NEEDS,
+        PutMessage => <put_message::PutMessage as Op>::NEEDS,
+        GetMessages => <get_messages::GetMessages as Op>::NEEDS,
+        PeekMessages => <peek_messages::PeekMessages as Op>::NEEDS,
+        ClearMessages => <clear_messages::ClearMessages as Op>::NEEDS,
+        DeleteMessage => <delete_message::DeleteMessage as Op>::NEEDS,
+        UpdateMessage => <update_message::UpdateMessage as Op>::NEEDS,
+    }
+}
+
+// ----- parameters shared by several operations -----
+
+/// Queue operations take no conditional headers (Azure answers 400
+/// `ConditionHeadersNotSupported`), and a `Content-MD5` must match the body.
+fn check_body_headers(req: &Request) -> Result<(), ApiError> {
+    use base64::Engine;
+    use md5::{Digest, Md5};
+    for h in ["if-match", "if-none-match", "if-modified-since", "if-unmodified-since"] {
+        if req.header(h).is_some() {
+            return Err(ApiError::new(
+                400,
+                "ConditionHeadersNotSupported",
+                "Condition headers are not supported.",
+            ));
+        }
+    }
+    let Some(md5) = req.header("content-md5") else {
+        return Ok(());
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let Some(given) = b64.decode(md5).ok().filter(|d| d.len() == 16) else {
+        return Err(ApiError::new(
+            400,
+            "InvalidMd5",
+            "The MD5 value specified in the request is invalid. The MD5 value must be 128 bits and Base64-encoded.",
+        )
+        .detail("HeaderName", "Content-MD5")
+        .detail("HeaderValue", md5));
+    };
+    let actual = Md5::digest(&req.body);
+    if actual.as_slice() != given.as_slice() {
+        return Err(ApiError::new(
+            400,
+            "Md5Mismatch",
+            "The MD5 value specified in the request did not match with the MD5 value calculated by the server.",
+        )
+        .detail("UserSpecifiedMd5", md5)
+        .detail("ServerCalculatedMd5", b64.encode(actual)));
+    }
+    Ok(())
+}
+
+/// An integer query parameter, if present.
+fn int_param(t: &Target, name: &'static str) -> Result<Option<i64>, ApiError> {
+    match t.param(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| ApiError::invalid_query(name, v, "The value must be an integer.")),
+    }
+}
+
+/// A query parameter the operation cannot do without.
+fn required<'a>(t: &'a Target, name: &'static str) -> Result<&'a str, ApiError> {
+    t.param(name)
+        .ok_or_else(|| engine::QueueError::MissingRequiredQueryParameter { name }.into())
+}
+
+/// Metadata from `x-ms-meta-*` headers ("Set Queue Metadata"). The bare
+/// `x-ms-meta` header Python sends is ignored.
+fn metadata_of(req: &Request) -> Result<Metadata, ApiError> {
+    let mut md = Vec::new();
+    const PREFIX: &str = "x-ms-meta-";
+    for (n, v) in &req.headers {
+        if !n.to_ascii_lowercase().starts_with(PREFIX) {
+            continue;
+        }
+        // The prefix is ASCII, so its length is a character boundary.
+        let name = n.get(PREFIX.len()..).unwrap_or_default();
+        if name.is_empty() {
+            return Err(engine::QueueError::EmptyMetadataKey.into());
+        }
+        md.push((name.to_string(), v.trim().to_string()));
+    }
+    Ok(Metadata(md))
+}
+
+/// The queue a queue-level operation names (routing guarantees one).
+fn queue_of(t: &Target) -> Result<String, ApiError> {
+    t.queue.clone().ok_or_else(ApiError::invalid_uri)
+}
+
+/// The message id a message-level operation names (routing guarantees one).
+fn message_id_of(t: &Target) -> Result<String, ApiError> {
+    t.message_id.clone().ok_or_else(ApiError::invalid_uri)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects
+)]
+mod tests {
+    use super::*;
+    use crate::addressing::{parse_target, Addressing};
+
+    fn req(method: &str, target: &str, host: &str) -> Request {
+        Request {
+            method: method.into(),
+            target: target.into(),
+            http10: false,
+            headers: vec![("Host".into(), host.into())],
+            body: vec![],
+        }
+    }
+
+    fn parse_target_(r: &Request) -> Result<Target, ApiError> {
+        parse_target(r, &Addressing::default())
+    }
+
+    #[test]
+    fn service_stats_route_on_the_secondary() {
+        let t = parse_target_(&req(
+            "GET",
+            "/devstoreaccount1-secondary/?restype=service&comp=stats",
+            "localhost:10001",
+        ))
+        .unwrap();
+        assert_eq!(route("GET", &t).unwrap(), Operation::GetServiceStats);
+    }
+
+    #[test]
+    fn routing_table() {
+        use Operation::*;
+        let cases = [
+            ("GET", "/a/?comp=list", Ok(ListQueues)),
+            ("PUT", "/a?restype=service&comp=properties", Ok(SetServiceProperties)),
+            ("PUT", "/a/q", Ok(CreateQueue)),
+            ("DELETE", "/a/q", Ok(DeleteQueue)),
+            ("HEAD", "/a/q?comp=metadata", Ok(GetQueueMetadata)),
+            ("PUT", "/a/q?comp=acl", Ok(SetQueueAcl)),
+            ("POST", "/a/q/messages?visibilitytimeout=1", Ok(PutMessage)),
+            ("GET", "/a/q/messages?peekonly=TRUE", Ok(PeekMessages)),
+            ("GET", "/a/q/messages", Ok(GetMessages)),
+            ("DELETE", "/a/q/messages", Ok(ClearMessages)),
+            ("DELETE", "/a/q/messages/id?popreceipt=x", Ok(DeleteMessage)),
+            ("PUT", "/a/q/messages/id?popreceipt=x", Ok(UpdateMessage)),
+        ];
+        for (m, p, want) in cases {
+            assert_eq!(
+                route(m, &parse_target_(&req(m, p, "127.0.0.1")).unwrap()),
+                want,
+                "{m} {p}"
+            );
+        }
+        assert_eq!(
+            route(
+                "PATCH",
+                &parse_target_(&req("PATCH", "/a/q/messages", "127.0.0.1")).unwrap()
+            )
+            .unwrap_err()
+            .code,
+            "UnsupportedHttpVerb"
+        );
+        assert_eq!(
+            route(
+                "GET",
+                &parse_target_(&req("GET", "/a/q?comp=bogus", "127.0.0.1")).unwrap()
+            )
+            .unwrap_err()
+            .code,
+            "InvalidQueryParameterValue"
+        );
+    }
+}
