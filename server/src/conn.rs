@@ -71,21 +71,34 @@ impl Reaper {
     }
 }
 
-fn framing_error(e: &FrameError) -> Option<ApiError> {
-    match e {
-        FrameError::Bad(why) => Some(ApiError::new(
+/// The answer to a request that could not be framed (none if the peer
+/// went away mid-request). The connection closes after it.
+fn framing_error(e: &FrameError) -> Option<crate::http::Response> {
+    let err = match e {
+        FrameError::Bad(why) => ApiError::new(
             400,
             "InvalidInput",
             format!("One of the request inputs is not valid: {why}."),
-        )),
-        FrameError::HeadTooLarge => Some(ApiError::new(
-            431,
-            "InvalidInput",
-            "The request line and headers are too large.",
-        )),
-        FrameError::BodyTooLarge => Some(ApiError::body_too_large(MAX_BODY_BYTES)),
-        FrameError::Incomplete => None,
-    }
+        ),
+        FrameError::HeadTooLarge => ApiError::new(431, "InvalidInput", "The request line and headers are too large."),
+        FrameError::BodyTooLarge => ApiError::body_too_large(MAX_BODY_BYTES),
+        FrameError::Incomplete => return None,
+    };
+    let now = crate::xmlio::iso8601_7(time::OffsetDateTime::now_utc());
+    let mut resp = err.response(&uuid::Uuid::new_v4().to_string(), &now);
+    resp.headers
+        .push(("Date".into(), httpdate::fmt_http_date(std::time::SystemTime::now())));
+    Some(resp)
+}
+
+/// The answer to a connection over the per-core limit.
+fn busy_response() -> crate::http::Response {
+    ApiError::new(
+        503,
+        "ServerBusy",
+        "The server is busy: too many connections. Please retry your request.",
+    )
+    .response(&uuid::Uuid::new_v4().to_string(), "")
 }
 
 /// Live connections on this core, for the per-core limit and for draining.
@@ -124,13 +137,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     let unwatch = Unwatch(reaper, watch_id);
     let mut out = Vec::with_capacity(4096);
     if count.get() > ctx.limits.max_connections {
-        let e = ApiError::new(
-            503,
-            "ServerBusy",
-            "The server is busy: too many connections. Please retry your request.",
-        );
-        e.response(&uuid::Uuid::new_v4().to_string(), "")
-            .encode(&mut out, false, true);
+        busy_response().encode(&mut out, false, true);
         let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
         drop(unwatch);
         let _ = r.stream.close().await;
@@ -154,11 +161,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
             Ok(Some(req)) => req,
             Ok(None) => break,
             Err((e, _)) => {
-                if let Some(err) = framing_error(&e) {
-                    let now = crate::xmlio::iso8601_7(time::OffsetDateTime::now_utc());
-                    let mut resp = err.response(&uuid::Uuid::new_v4().to_string(), &now);
-                    resp.headers
-                        .push(("Date".into(), httpdate::fmt_http_date(std::time::SystemTime::now())));
+                if let Some(resp) = framing_error(&e) {
                     resp.encode(&mut out, false, true);
                 }
                 break;

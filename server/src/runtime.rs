@@ -4,6 +4,7 @@
 //! waits for readiness, prints one line, and turns SIGTERM/SIGINT into a
 //! graceful drain.
 
+use crate::auth::Account;
 use crate::config::{Config, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
@@ -76,68 +77,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     startup::check_o_direct(&cfg.data_dir)?;
     let _lock = startup::lock_data_dir(&cfg.data_dir)?;
     startup::check_shard_count(&cfg.data_dir, n)?;
-
-    // Signals are taken by this thread alone: block them before the executor
-    // threads exist, so they inherit the mask.
-    let sigs = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-
+    let sigs = block_stop_signals();
     install_panic_exit();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (exit_tx, exit_rx) = mpsc::channel::<(usize, bool)>();
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
-    let mesh = (n > 1).then(|| router::mesh(n));
-    let accounts: HashMap<String, crate::auth::Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
-    let mut handles = Vec::with_capacity(n);
-    for i in 0..n {
-        let cfg = cfg.clone();
-        let stop = stop.clone();
-        let ready = ready_tx.clone();
-        // Cloned once per executor, before it starts: each executor joins the
-        // mesh with its own copy of the builder.
-        let mesh = mesh.clone();
-        let accounts = accounts.clone();
-        let exit = ShardExit {
-            shard: i,
-            tx: exit_tx.clone(),
-        };
-        let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[i % cpus.len()]))
-            .name(&format!("shard-{i}"))
-            .io_memory(cfg.io_memory_kib * 1024)
-            .spawn(move || async move {
-                let _exit = exit;
-                if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
-                    let _ = ready.send(Err(format!("shard {i}: {e}")));
-                }
-            })
-            .map_err(|e| format!("cannot start the executor for shard {i}: {e}"))?;
-        handles.push(h);
-    }
-    drop(ready_tx);
-    let mut ready = 0;
-    while ready < n {
-        match ready_rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Ok(_)) => ready += 1,
-            Ok(Err(e)) => return Err(e),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("a shard stopped during startup".into()),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                // A shard that panicked while opening never reports.
-                if let Ok((shard, _)) = exit_rx.try_recv() {
-                    return Err(match ready_rx.try_recv() {
-                        Ok(Err(e)) => e,
-                        _ => format!("shard {shard} stopped during startup (see the log above)"),
-                    });
-                }
-            }
-        }
-    }
+    let accounts: HashMap<String, Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
     let first = accounts.keys().min().cloned().unwrap_or_default();
+    let shards = Shards::spawn(&cfg, &cpus, n, accounts)?;
+    shards.wait_ready()?;
     println!(
         "hematite ready: http://{}/{first} ({n} shard{}, data in {})",
         cfg.addr,
@@ -145,48 +90,188 @@ pub fn run(cfg: Config) -> Result<(), String> {
         cfg.data_dir.display()
     );
     tracing::info!(addr = %cfg.addr, shards = n, "ready");
-
-    // Wait for SIGTERM/SIGINT, or for a shard to end on its own. A shard
-    // that is gone cannot serve its queues, and the others would keep
-    // accepting requests for them: never run half-alive (decision 0004).
-    loop {
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 100_000_000,
-        };
-        let sig = unsafe { libc::sigtimedwait(&sigs, std::ptr::null_mut(), &ts) };
-        if sig == libc::SIGTERM || sig == libc::SIGINT {
-            tracing::info!("signal {sig}: draining");
-            break;
-        }
-        if let Ok((shard, panicked)) = exit_rx.try_recv() {
-            let why = match ready_rx.try_recv() {
-                Ok(Err(e)) => e,
-                _ if panicked => "it panicked (the panic is logged above)".to_string(),
-                _ => "it returned".to_string(),
-            };
-            eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
-            tracing::error!(shard, "shard stopped after startup: {why}");
-            std::process::exit(EXIT_SHARD_DIED);
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.join();
-    }
+    shards.watch_until_signal(&sigs);
+    shards.drain();
     tracing::info!("stopped");
     Ok(())
 }
 
+/// SIGTERM and SIGINT are taken by the main thread alone: blocked here,
+/// before the executor threads exist, so they inherit the mask.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-set manipulation on a zeroed set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// The main thread's handles on the shard threads. Owned by the main thread.
+struct Shards {
+    n: usize,
+    stop: Arc<AtomicBool>,
+    handles: Vec<glommio::ExecutorJoinHandle<()>>,
+    /// Each shard reports once it serves (or why it could not start).
+    ready: mpsc::Receiver<Result<usize, String>>,
+    /// Each shard thread reports when it ends, however it ends.
+    exits: mpsc::Receiver<(usize, bool)>,
+}
+
+impl Shards {
+    /// One executor per shard, pinned to its CPU.
+    fn spawn(cfg: &Config, cpus: &[usize], n: usize, accounts: HashMap<String, Account>) -> Result<Shards, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (exit_tx, exits) = mpsc::channel::<(usize, bool)>();
+        let (ready_tx, ready) = mpsc::channel::<Result<usize, String>>();
+        let mesh = (n > 1).then(|| router::mesh(n));
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            let (cfg, stop, ready) = (cfg.clone(), stop.clone(), ready_tx.clone());
+            // Cloned once per executor, before it starts: each executor joins
+            // the mesh with its own copy of the builder.
+            let mesh = mesh.clone();
+            let accounts = accounts.clone();
+            let exit = ShardExit {
+                shard: i,
+                tx: exit_tx.clone(),
+            };
+            let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
+            let h = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+                .name(&format!("shard-{i}"))
+                .io_memory(cfg.io_memory_kib * 1024)
+                .spawn(move || async move {
+                    let _exit = exit;
+                    if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
+                        let _ = ready.send(Err(format!("shard {i}: {e}")));
+                    }
+                })
+                .map_err(|e| format!("cannot start the executor for shard {i}: {e}"))?;
+            handles.push(h);
+        }
+        Ok(Shards {
+            n,
+            stop,
+            handles,
+            ready,
+            exits,
+        })
+    }
+
+    /// Until every shard serves; the first startup error, if any.
+    fn wait_ready(&self) -> Result<(), String> {
+        let mut ready = 0;
+        while ready < self.n {
+            match self.ready.recv_timeout(Duration::from_millis(100)) {
+                Ok(Ok(_)) => ready += 1,
+                Ok(Err(e)) => return Err(e),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err("a shard stopped during startup".into()),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // A shard that panicked while opening never reports.
+                    if let Ok((shard, _)) = self.exits.try_recv() {
+                        return Err(match self.ready.try_recv() {
+                            Ok(Err(e)) => e,
+                            _ => format!("shard {shard} stopped during startup (see the log above)"),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for SIGTERM/SIGINT. A shard that ends meanwhile cannot serve its
+    /// queues while the others keep accepting requests for them: the process
+    /// exits at once instead of running half-alive (decision 0004).
+    fn watch_until_signal(&self, sigs: &libc::sigset_t) {
+        loop {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            // SAFETY: waits on a signal set this thread has blocked.
+            let sig = unsafe { libc::sigtimedwait(sigs, std::ptr::null_mut(), &ts) };
+            if sig == libc::SIGTERM || sig == libc::SIGINT {
+                tracing::info!("signal {sig}: draining");
+                return;
+            }
+            if let Ok((shard, panicked)) = self.exits.try_recv() {
+                let why = match self.ready.try_recv() {
+                    Ok(Err(e)) => e,
+                    _ if panicked => "it panicked (the panic is logged above)".to_string(),
+                    _ => "it returned".to_string(),
+                };
+                eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
+                tracing::error!(shard, "shard stopped after startup: {why}");
+                std::process::exit(EXIT_SHARD_DIED);
+            }
+        }
+    }
+
+    /// Tells every core to stop, and waits until each has drained.
+    fn drain(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One core's life: open its shard, serve until told to stop, drain.
 async fn shard_main(
     i: usize,
     n: usize,
     cfg: Config,
     mesh: Option<router::Mesh>,
-    accounts: HashMap<String, crate::auth::Account>,
+    accounts: HashMap<String, Account>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
+    let shard = open_shard(i, &cfg).await?;
+    let service = Rc::new(ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?);
+    let router = Router::join(mesh, shard.clone(), service, i, n).await;
+    let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
+    let ctx = Rc::new(Ctx {
+        router,
+        accounts: Rc::new(accounts),
+        limits: crate::limits::ConnLimits {
+            max_connections: cfg.max_connections_per_core.max(1),
+            idle_timeout: Duration::from_secs(cfg.idle_timeout_secs.max(1)),
+            request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
+        },
+        addressing: crate::addressing::Addressing {
+            host_suffixes: cfg
+                .host_suffixes
+                .iter()
+                .map(|s| s.trim_start_matches('.').to_ascii_lowercase())
+                .collect(),
+        },
+    });
+    let conns = Rc::new(ConnCount::default());
+    let reaper = Rc::new(Reaper::default());
+    let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
+    let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
+    let _ = ready.send(Ok(i));
+    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper).await;
+    drop(listener);
+    // Drain: connections finish their current request and close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conns.get() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+    maintenance.await;
+    reaping.await;
+    // Everything acknowledged is already durable; this makes sure nothing
+    // appended by background work is left unsynced either.
+    let _ = shard.wal().wait_durable(shard.wal().last_lsn()).await;
+    Ok(())
+}
+
+/// Opens (recovers) this core's shard from its directory.
+async fn open_shard(i: usize, cfg: &Config) -> Result<Rc<Shard<DmaDisk>>, String> {
     let sync = match cfg.fdatasync {
         SyncFlag::Blocking => SyncPath::BlockingPool,
         SyncFlag::Uring => SyncPath::Uring,
@@ -202,48 +287,32 @@ async fn shard_main(
     if cfg.quarantine_corrupt_segments {
         scfg.recovery = RecoveryMode::QuarantineCorrupt;
     }
-    let shard = Rc::new(
-        Shard::open(disk, scfg, Rc::new(SystemClock))
-            .await
-            .map_err(|e| e.to_string())?,
-    );
-    let service = Rc::new(ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?);
-    let router = Router::join(mesh, shard.clone(), service, i, n).await;
-    let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
-    let limits = crate::limits::ConnLimits {
-        max_connections: cfg.max_connections_per_core.max(1),
-        idle_timeout: Duration::from_secs(cfg.idle_timeout_secs.max(1)),
-        request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
-    };
-    let ctx = Rc::new(Ctx {
-        router,
-        accounts: Rc::new(accounts),
-        limits,
-        addressing: crate::addressing::Addressing {
-            host_suffixes: cfg
-                .host_suffixes
-                .iter()
-                .map(|s| s.trim_start_matches('.').to_ascii_lowercase())
-                .collect(),
-        },
-    });
-    let conns = Rc::new(ConnCount::default());
-    let reaper = Rc::new(Reaper::default());
-    let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
+    let shard = Shard::open(disk, scfg, Rc::new(SystemClock))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Rc::new(shard))
+}
 
-    // Expiry, segment preparation and compaction, in the background.
-    let m = shard.clone();
-    let mstop = stop.clone();
-    let maintenance = glommio::spawn_local(async move {
-        while !mstop.load(Ordering::Relaxed) {
-            if let Err(e) = m.maintenance().await {
-                tracing::error!(shard = i, "maintenance: {e}");
-            }
-            glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
+/// Expiry, segment preparation and compaction, in the background.
+async fn maintain(i: usize, shard: Rc<Shard<DmaDisk>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = shard.maintenance().await {
+            tracing::error!(shard = i, "maintenance: {e}");
         }
-    });
-    let _ = ready.send(Ok(i));
+        glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
+    }
+}
 
+/// Accepts connections, each served by its own task on this core, until
+/// the stop flag is set.
+async fn accept_until_stopped(
+    i: usize,
+    listener: &TcpListener,
+    ctx: &Rc<Ctx>,
+    stop: &Arc<AtomicBool>,
+    conns: &Rc<ConnCount>,
+    reaper: &Rc<Reaper>,
+) {
     loop {
         let accept = async { Some(listener.accept().await) };
         let stopping = async {
@@ -255,7 +324,7 @@ async fn shard_main(
             }
         };
         match futures_lite::future::or(accept, stopping).await {
-            None => break,
+            None => return,
             Some(Ok(stream)) => {
                 let peer = stream
                     .peer_addr()
@@ -263,7 +332,7 @@ async fn shard_main(
                     .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
                 let _ = stream.set_nodelay(true);
                 let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
-                glommio::spawn_local(serve(
+                let conn = serve(
                     stream,
                     fd,
                     peer,
@@ -271,8 +340,8 @@ async fn shard_main(
                     stop.clone(),
                     conns.clone(),
                     reaper.clone(),
-                ))
-                .detach();
+                );
+                glommio::spawn_local(conn).detach();
             }
             Some(Err(e)) => {
                 tracing::warn!(shard = i, "accept failed: {e}");
@@ -280,16 +349,4 @@ async fn shard_main(
             }
         }
     }
-    drop(listener);
-    // Drain: connections finish their current request and close.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while conns.get() > 0 && std::time::Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(20)).await;
-    }
-    maintenance.await;
-    reaping.await;
-    // Everything acknowledged is already durable; this makes sure nothing
-    // appended by background work is left unsynced either.
-    let _ = shard.wal().wait_durable(shard.wal().last_lsn()).await;
-    Ok(())
 }
