@@ -140,6 +140,13 @@ pub fn parse_target(req: &Request, addressing: &Addressing) -> Result<Target, Ap
     }
     let mut query = Vec::new();
     for pair in raw_query.split('&').filter(|p| !p.is_empty()) {
+        if query.len() >= crate::limits::MAX_QUERY_PARAMETERS {
+            return Err(ApiError::invalid_query(
+                "",
+                "",
+                "The request has too many query parameters.",
+            ));
+        }
         let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
         query.push((form_decode(n)?.to_ascii_lowercase(), form_decode(v)?));
     }

@@ -93,7 +93,14 @@ fn ms_headers(req: &Request) -> Vec<(String, String)> {
         if !n.starts_with("x-ms-") {
             continue;
         }
-        let v = v.split_whitespace().collect::<Vec<_>>().join(" ");
+        // "Authorize with Shared Key": runs of spaces and tabs become one
+        // space. Other Unicode spaces are data: they must change the
+        // signature, since they change what is stored.
+        let v = v
+            .split([' ', '\t'])
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         match out.iter_mut().find(|(o, _)| *o == n) {
             Some((_, existing)) => {
                 existing.push(',');
@@ -137,9 +144,13 @@ fn canonical_resource(account: &str, t: &Target) -> String {
 /// byte versus culture header order; Date line empty or not).
 pub fn shared_key_strings(req: &Request, account: &str, t: &Target) -> Vec<String> {
     let h = |n: &str| req.header(n).unwrap_or("").to_string();
-    let len = match req.header("content-length") {
-        Some("0") | None => String::new(),
-        Some(v) => v.to_string(),
+    // The body's real length, not the header: a chunked body has no
+    // Content-Length, and signing "" for it would let a captured request
+    // carry any body. (For Content-Length framing the two are equal.)
+    let len = if req.body.is_empty() {
+        String::new()
+    } else {
+        req.body.len().to_string()
     };
     let resource = canonical_resource(account, t);
     let dates: Vec<String> = if req.header("x-ms-date").is_some() && req.header("date").is_some() {

@@ -100,8 +100,15 @@ pub fn accounts(specs: &[String]) -> Result<Vec<crate::auth::Account>, String> {
     for spec in specs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
         let mut parts = spec.split(':');
         let name = parts.next().unwrap_or("").to_string();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err(format!("--account {spec}: the account name must be letters and digits"));
+        // Azure's rule: 3 to 24 lower-case letters and digits. Anything else
+        // could never be addressed (host names compare lower-case, and a
+        // `-secondary` suffix names the secondary endpoint).
+        let valid =
+            (3..=24).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if !valid {
+            return Err(format!(
+                "--account {spec}: the account name must be 3 to 24 lower-case letters and digits"
+            ));
         }
         let keys: Result<Vec<Vec<u8>>, String> = parts
             .map(|k| {

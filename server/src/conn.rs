@@ -176,8 +176,10 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
         // Pipelined requests already here are answered in one write, but
         // only up to a bound: a client that sends without reading must not
         // make us queue its answers without limit. Until the bytes are
-        // taken, no further request is read.
-        if !r.has_next_head() || out.len() >= MAX_PENDING_RESPONSE_BYTES {
+        // taken, no further request is read. They are also written before a
+        // request that may get an immediate `100 Continue`, which must not
+        // overtake them.
+        if !r.has_next_head() || out.len() >= MAX_PENDING_RESPONSE_BYTES || r.may_expect_continue() {
             if write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out)
                 .await
                 .is_err()

@@ -25,8 +25,17 @@ impl ApiError {
         }
     }
 
+    /// Adds an element to the error body. Values often echo client input,
+    /// so they are cut to `MAX_ECHOED_CHARS` (an error must not amplify a
+    /// request) and made XML-safe when the body is written.
     pub fn detail(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.details.push((name, value.into()));
+        let value = value.into();
+        let max = crate::limits::MAX_ECHOED_CHARS;
+        let value = match value.char_indices().nth(max) {
+            Some((cut, _)) => format!("{}…", value.get(..cut).unwrap_or_default()),
+            None => value,
+        };
+        self.details.push((name, value));
         self
     }
 
@@ -104,18 +113,32 @@ impl ApiError {
         body.push_str("<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>");
         body.push_str(self.code);
         body.push_str("</Code><Message>");
-        body.push_str(&escape(&format!(
+        body.push_str(&escape(&xml_safe(&format!(
             "{}\nRequestId:{request_id}\nTime:{now}",
             self.message
-        )));
+        ))));
         body.push_str("</Message>");
         for (name, value) in &self.details {
-            body.push_str(&format!("<{name}>{}</{name}>", escape(value)));
+            body.push_str(&format!("<{name}>{}</{name}>", escape(&xml_safe(value))));
         }
         body.push_str("</Error>");
         Response::new(self.status)
             .header("x-ms-error-code", self.code)
             .xml(body)
+    }
+}
+
+/// Text XML 1.0 can carry: characters it forbids (C0 controls other than
+/// tab, LF and CR; U+FFFE and U+FFFF) become U+FFFD.
+fn xml_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{FFFE}' | '\u{FFFF}');
+    if s.chars().any(bad) {
+        s.chars()
+            .map(|c| if bad(c) { '\u{FFFD}' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
     }
 }
 

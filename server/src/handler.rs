@@ -33,8 +33,13 @@ pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Respo
     // Test builds only: lets the suite prove that a panicking shard stops
     // the whole process (docs/decisions/0004-a-dead-shard-stops-the-process.md).
     #[cfg(feature = "fault-injection")]
-    if req.header("x-hematite-fault") == Some("panic") {
-        panic!("x-hematite-fault: panic (fault-injection build)");
+    match req.header("x-hematite-fault") {
+        Some("panic") => panic!("x-hematite-fault: panic (fault-injection build)"),
+        // A core stuck without panicking: blocks its thread for good.
+        Some("hang") => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        _ => {}
     }
     let request_id = uuid::Uuid::new_v4().to_string();
     let now = SystemTime::now();

@@ -179,6 +179,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         self.buf.len()
     }
 
+    /// Whether the buffered bytes mention `100-continue`: the next request
+    /// may make the reader answer `100 Continue` at once, which must not
+    /// overtake responses still queued for earlier requests.
+    pub fn may_expect_continue(&self) -> bool {
+        const NEEDLE: &[u8] = b"100-continue";
+        self.pending()
+            .windows(NEEDLE.len())
+            .any(|w| w.eq_ignore_ascii_case(NEEDLE))
+    }
+
     /// Whether the buffer already holds the whole head of another request, so
     /// its response can be batched with the ones before it.
     pub fn has_next_head(&self) -> bool {
@@ -253,7 +263,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                         headers: parsed
                             .headers
                             .iter()
-                            .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).trim().to_string()))
+                            // RFC 9110 §5.5: only spaces and tabs surround a value.
+                            .map(|h| {
+                                let v = String::from_utf8_lossy(h.value);
+                                (h.name.to_string(), v.trim_matches([' ', '\t']).to_string())
+                            })
                             .collect(),
                         body: Vec::new(),
                     };

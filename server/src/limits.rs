@@ -51,6 +51,12 @@ pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
 /// they are written; while they wait to be written, no new request is read.
 /// One response may exceed it (32 Peeked messages of 64 KiB, escaped).
 pub const MAX_PENDING_RESPONSE_BYTES: usize = 256 * 1024;
+/// Query parameters in one request. Azure's operations read at most a
+/// handful (plus a SAS's dozen); the bound keeps duplicate detection and
+/// canonicalization cheap for any request that fits the head limit.
+pub const MAX_QUERY_PARAMETERS: usize = 64;
+/// Characters of a client-supplied value echoed in an error body.
+pub const MAX_ECHOED_CHARS: usize = 256;
 /// Longest chunk-size line (size, extensions and CRLF) of a chunked body.
 pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 /// Requests in flight from other cores that one core serves at a time
@@ -60,5 +66,13 @@ pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 /// Longest `x-ms-client-request-id` echoed back.
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
+/// How often each core proves to the main thread that it still runs.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// A core whose heartbeat stands still this long is stuck (a deadlock, an
+/// endless loop, a hung io_uring): the process exits so a supervisor
+/// restarts it, as for a panic (decision 0004).
+pub const SHARD_STALL_LIMIT: Duration = Duration::from_secs(10);
+/// How long a SIGTERM drain may take before the process gives up on it.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(20);
 /// How often each core runs engine maintenance (expiry, compaction).
 pub const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(50);

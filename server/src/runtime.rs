@@ -8,7 +8,7 @@ use crate::auth::Account;
 use crate::config::{Config, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
-use crate::limits::MAINTENANCE_INTERVAL;
+use crate::limits::{DRAIN_LIMIT, HEARTBEAT_INTERVAL, MAINTENANCE_INTERVAL, SHARD_STALL_LIMIT};
 use crate::router::{self, Router};
 use crate::service::ServiceStore;
 use crate::startup;
@@ -20,9 +20,9 @@ use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Exit status when a shard ends on its own after startup: the process
 /// stops at once so a supervisor restarts it and recovery runs
@@ -81,8 +81,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     install_panic_exit();
     let accounts: HashMap<String, Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
     let first = accounts.keys().min().cloned().unwrap_or_default();
-    let shards = Shards::spawn(&cfg, &cpus, n, accounts)?;
-    shards.wait_ready()?;
+    // From here on, shard threads run: a failure must not return (that
+    // would release the data-directory lock while they still touch it).
+    let shards = Shards::spawn(&cfg, &cpus, n, accounts).unwrap_or_else(|e| startup_failed(&e));
+    if let Err(e) = shards.wait_ready(&sigs) {
+        startup_failed(&e);
+    }
     println!(
         "hematite ready: http://{}/{first} ({n} shard{}, data in {})",
         cfg.addr,
@@ -94,6 +98,25 @@ pub fn run(cfg: Config) -> Result<(), String> {
     shards.drain();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Ends the process at once, with the data-directory lock still held, after
+/// a startup failure once shard threads exist.
+fn startup_failed(why: &str) -> ! {
+    eprintln!("hematite: {why}");
+    // SAFETY: _exit ends the process without running other threads' code.
+    unsafe { libc::_exit(1) }
+}
+
+/// A signal from `sigs` if one is pending, without waiting.
+fn pending_signal(sigs: &libc::sigset_t, wait: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    // SAFETY: waits on a signal set this thread has blocked.
+    let sig = unsafe { libc::sigtimedwait(sigs, std::ptr::null_mut(), &ts) };
+    (sig == libc::SIGTERM || sig == libc::SIGINT).then_some(sig)
 }
 
 /// SIGTERM and SIGINT are taken by the main thread alone: blocked here,
@@ -119,6 +142,9 @@ struct Shards {
     ready: mpsc::Receiver<Result<usize, String>>,
     /// Each shard thread reports when it ends, however it ends.
     exits: mpsc::Receiver<(usize, bool)>,
+    /// One counter per shard, bumped by a timer task on that core. The only
+    /// state the cores share with the main thread, and only for watching.
+    heartbeats: Arc<Vec<AtomicU64>>,
 }
 
 impl Shards {
@@ -128,9 +154,11 @@ impl Shards {
         let (exit_tx, exits) = mpsc::channel::<(usize, bool)>();
         let (ready_tx, ready) = mpsc::channel::<Result<usize, String>>();
         let mesh = (n > 1).then(|| router::mesh(n));
+        let heartbeats: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
             let (cfg, stop, ready) = (cfg.clone(), stop.clone(), ready_tx.clone());
+            let beats = heartbeats.clone();
             // Cloned once per executor, before it starts: each executor joins
             // the mesh with its own copy of the builder.
             let mesh = mesh.clone();
@@ -145,6 +173,7 @@ impl Shards {
                 .io_memory(cfg.io_memory_kib * 1024)
                 .spawn(move || async move {
                     let _exit = exit;
+                    glommio::spawn_local(heartbeat(i, beats, stop.clone())).detach();
                     if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
                         let _ = ready.send(Err(format!("shard {i}: {e}")));
                     }
@@ -158,13 +187,18 @@ impl Shards {
             handles,
             ready,
             exits,
+            heartbeats,
         })
     }
 
-    /// Until every shard serves; the first startup error, if any.
-    fn wait_ready(&self) -> Result<(), String> {
+    /// Until every shard serves; the first startup error, if any. A signal
+    /// ends a long recovery too (it is blocked, so it must be polled here).
+    fn wait_ready(&self, sigs: &libc::sigset_t) -> Result<(), String> {
         let mut ready = 0;
         while ready < self.n {
+            if let Some(sig) = pending_signal(sigs, Duration::ZERO) {
+                return Err(format!("signal {sig} during startup: stopped before serving"));
+            }
             match self.ready.recv_timeout(Duration::from_millis(100)) {
                 Ok(Ok(_)) => ready += 1,
                 Ok(Err(e)) => return Err(e),
@@ -187,14 +221,9 @@ impl Shards {
     /// queues while the others keep accepting requests for them: the process
     /// exits at once instead of running half-alive (decision 0004).
     fn watch_until_signal(&self, sigs: &libc::sigset_t) {
+        let mut last: Vec<(u64, Instant)> = self.heartbeats.iter().map(|_| (0, Instant::now())).collect();
         loop {
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 100_000_000,
-            };
-            // SAFETY: waits on a signal set this thread has blocked.
-            let sig = unsafe { libc::sigtimedwait(sigs, std::ptr::null_mut(), &ts) };
-            if sig == libc::SIGTERM || sig == libc::SIGINT {
+            if let Some(sig) = pending_signal(sigs, Duration::from_millis(100)) {
                 tracing::info!("signal {sig}: draining");
                 return;
             }
@@ -204,19 +233,56 @@ impl Shards {
                     _ if panicked => "it panicked (the panic is logged above)".to_string(),
                     _ => "it returned".to_string(),
                 };
-                eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
-                tracing::error!(shard, "shard stopped after startup: {why}");
-                std::process::exit(EXIT_SHARD_DIED);
+                shard_died(shard, &why);
+            }
+            for (shard, (beat, seen)) in last.iter_mut().enumerate() {
+                let now = self.heartbeats.get(shard).map_or(0, |b| b.load(Ordering::Relaxed));
+                if now != *beat {
+                    (*beat, *seen) = (now, Instant::now());
+                } else if seen.elapsed() > SHARD_STALL_LIMIT {
+                    shard_died(shard, &format!("it made no progress for {:?}", SHARD_STALL_LIMIT));
+                }
             }
         }
     }
 
-    /// Tells every core to stop, and waits until each has drained.
+    /// Tells every core to stop, and waits until each has drained, for at
+    /// most `DRAIN_LIMIT`: a core that does not finish cannot hold the
+    /// process forever (everything acknowledged is durable already).
     fn drain(self) {
         self.stop.store(true, Ordering::Relaxed);
-        for h in self.handles {
-            let _ = h.join();
+        let (done_tx, done) = mpsc::channel();
+        let handles = self.handles;
+        std::thread::spawn(move || {
+            for h in handles {
+                let _ = h.join();
+            }
+            let _ = done_tx.send(());
+        });
+        if done.recv_timeout(DRAIN_LIMIT).is_err() {
+            eprintln!("hematite: the drain took longer than {DRAIN_LIMIT:?}; exiting without it");
+            // SAFETY: _exit ends the process without waiting for the stuck cores.
+            unsafe { libc::_exit(1) }
         }
+    }
+}
+
+/// Reports a shard that is gone or stuck and ends the process (decision 0004).
+fn shard_died(shard: usize, why: &str) -> ! {
+    eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
+    tracing::error!(shard, "shard stopped after startup: {why}");
+    // SAFETY: _exit ends the process at once; the other cores' state needs
+    // no cleanup (everything acknowledged is durable).
+    unsafe { libc::_exit(EXIT_SHARD_DIED) }
+}
+
+/// Bumps this core's heartbeat while the core runs tasks.
+async fn heartbeat(i: usize, beats: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(b) = beats.get(i) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+        glommio::timer::sleep(HEARTBEAT_INTERVAL).await;
     }
 }
 

@@ -204,3 +204,40 @@ fn a_panicking_shard_stops_the_whole_process_within_a_second() {
     );
     assert!(proc::stop(&mut server).success());
 }
+
+#[test]
+fn a_stuck_shard_stops_the_whole_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = proc::free_port();
+    let cmd = proc::command(
+        env!("CARGO_BIN_EXE_hematite").as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "1", "--io-memory-kib", "512"],
+    );
+    let mut server = proc::spawn_ready(cmd).expect("hematite starts");
+    // The request blocks its core's thread forever: no panic, no exit.
+    let sent = std::time::Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"GET /devstoreaccount1/?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\nx-hematite-fault: hang\r\n\r\n",
+    )
+    .unwrap();
+    let limit = server::limits::SHARD_STALL_LIMIT + std::time::Duration::from_secs(3);
+    let status = loop {
+        if let Some(st) = server.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            sent.elapsed() < limit,
+            "a stuck core kept the process up for {:?}",
+            sent.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(server::runtime::EXIT_SHARD_DIED), "{status}");
+    let mut err = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("made no progress"), "the log says why: {err}");
+}

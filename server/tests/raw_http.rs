@@ -161,7 +161,7 @@ fn expect_continue_and_chunked_bodies() {
             ("Expect", "100-continue"),
             ("Connection", "close"),
         ],
-        b"",
+        body,
     );
     let mut c = s.connect();
     c.write_all(&head).unwrap();

@@ -412,3 +412,103 @@ fn http11_requests_need_exactly_one_host() {
     assert_eq!(status_of(&two), 400, "{two}");
     server.healthy();
 }
+
+/// Review finding: a chunked body has no Content-Length, so a captured
+/// bodiless request could carry any body. Shared Key now signs the body's
+/// real length.
+#[test]
+fn a_body_added_to_a_signed_bodiless_request_is_refused() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    create_with_message(&mut c, "chunkq", "original");
+    let r = c
+        .call("GET", "/devstoreaccount1/chunkq/messages?visibilitytimeout=1", &[], b"")
+        .unwrap();
+    let id = client::all_between(&r.body, "MessageId").pop().unwrap();
+    let receipt = client::all_between(&r.body, "PopReceipt").pop().unwrap();
+    // A visibility-only update: no body, signed as such.
+    let update = server.signed(
+        "PUT",
+        &format!("/devstoreaccount1/chunkq/messages/{id}?popreceipt={receipt}&visibilitytimeout=0"),
+        b"",
+    );
+    let evil = b"<QueueMessage><MessageText>evil</MessageText></QueueMessage>";
+    let replay = update.replacen("Content-Length: 0\r\n", "Transfer-Encoding: chunked\r\n", 1);
+    let mut raw = replay.into_bytes();
+    raw.extend_from_slice(format!("{:x}\r\n", evil.len()).as_bytes());
+    raw.extend_from_slice(evil);
+    raw.extend_from_slice(b"\r\n0\r\n\r\n");
+    let resp = server.raw(&raw);
+    assert_eq!(status_of(&resp), 403, "{resp}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        peek_all(&mut c, "chunkq"),
+        vec![("original".to_string(), "1".to_string())]
+    );
+}
+
+/// Review finding: duplicate detection and canonicalization were quadratic
+/// in the number of query parameters; one unauthenticated request of about
+/// 8,000 names held a core for most of a second.
+#[test]
+fn a_query_with_thousands_of_parameters_is_refused_at_once() {
+    let server = Server::start(&[]);
+    // 4,096 distinct names in 16 KiB: well inside the head limit.
+    let names: Vec<String> = (0..4096).map(|i| format!("{i:03x}")).collect();
+    let req = format!(
+        "GET /devstoreaccount1/q?{} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        names.join("&")
+    );
+    let start = Instant::now();
+    let resp = server.raw(req.as_bytes());
+    assert_eq!(status_of(&resp), 400, "{}", &resp[..resp.len().min(300)]);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    server.healthy();
+}
+
+/// Review finding: error bodies echoed U+FFFE, which XML 1.0 forbids.
+#[test]
+fn error_bodies_stay_well_formed_xml() {
+    let server = Server::start(&[]);
+    let resp =
+        server.raw(b"GET /devstoreaccount1/q?%EF%BF%BE%3A=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(status_of(&resp), 400, "{resp}");
+    assert!(!resp.contains('\u{FFFE}'), "{resp}");
+    // Long values are echoed only in part.
+    let long = format!(
+        "GET /devstoreaccount1/q?comp={} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        "z".repeat(20_000)
+    );
+    let resp = server.raw(long.as_bytes());
+    assert!(resp.len() < 4_000, "an error echoed {} bytes", resp.len());
+}
+
+#[test]
+fn a_cors_rule_with_star_among_origins_never_allows_credentials() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let props = "<StorageServiceProperties><Cors><CorsRule><AllowedOrigins>http://a.example,*</AllowedOrigins><AllowedMethods>GET</AllowedMethods><AllowedHeaders>*</AllowedHeaders><ExposedHeaders>*</ExposedHeaders><MaxAgeInSeconds>5</MaxAgeInSeconds></CorsRule></Cors></StorageServiceProperties>";
+    let r = c
+        .call(
+            "PUT",
+            "/devstoreaccount1/?restype=service&comp=properties",
+            &[],
+            props.as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = c
+        .call(
+            "GET",
+            "/devstoreaccount1/?comp=list",
+            &[("Origin", "http://evil.example")],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some("*"));
+    assert_eq!(r.header("Access-Control-Allow-Credentials"), None);
+}

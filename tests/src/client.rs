@@ -40,7 +40,9 @@ pub struct Client {
 
 /// The bytes of one request signed with Shared Key for the development
 /// account: `Host`, `x-ms-date`, `x-ms-version`, the extra headers, and a
-/// `Content-Length` unless the extra headers choose chunked encoding.
+/// `Content-Length` unless the extra headers choose chunked encoding. With
+/// chunked encoding only the head is returned: `body` is the decoded body
+/// whose length the signature covers, and the caller sends the chunks.
 pub fn signed_request(
     port: u16,
     key: &[u8],
@@ -60,7 +62,8 @@ pub fn signed_request(
     for (k, v) in extra {
         headers.push((k.to_string(), v.to_string()));
     }
-    if !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding")) {
+    let chunked = extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"));
+    if !chunked {
         headers.push(("Content-Length".into(), body.len().to_string()));
     }
     let req = Request {
@@ -68,7 +71,7 @@ pub fn signed_request(
         target: target.into(),
         http10: false,
         headers: headers.clone(),
-        body: vec![],
+        body: body.to_vec(),
     };
     let t = parse_target(&req, &server::addressing::Addressing::path_style_only())
         .map_err(|e| io::Error::other(e.message))?;
@@ -79,7 +82,9 @@ pub fn signed_request(
     }
     out.push_str(&format!("Authorization: SharedKey {ACCOUNT}:{sig}\r\n\r\n"));
     let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(body);
+    if !chunked {
+        bytes.extend_from_slice(body);
+    }
     Ok(bytes)
 }
 

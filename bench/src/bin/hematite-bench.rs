@@ -193,7 +193,8 @@ impl Conn {
                 target: target.clone(),
                 http10: false,
                 headers: headers.clone(),
-                body: vec![],
+                // Shared Key signs the body's length.
+                body: body.to_vec(),
             };
             let t = server::addressing::parse_target(&req, &server::addressing::Addressing::path_style_only())
                 .map_err(|e| std::io::Error::other(e.message))?;

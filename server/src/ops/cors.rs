@@ -22,6 +22,12 @@ fn list_has(list: &str, item: &str, case_insensitive: bool) -> bool {
     })
 }
 
+/// A rule that admits any origin (`*` anywhere in its list) never echoes an
+/// origin and never allows credentials.
+fn is_star(origins: &str) -> bool {
+    origins.split(',').any(|o| o.trim() == "*")
+}
+
 /// Whether header `h` is allowed by a list of names and `prefix*` entries.
 fn header_allowed(allowed: &str, h: &str) -> bool {
     allowed
@@ -68,7 +74,7 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response,
     // As on ordinary requests: a `*` rule answers `*` and never allows
     // credentials (a browser must not send cookies to any origin's page);
     // a listed origin is echoed, with credentials and `Vary: Origin`.
-    let star = rule.allowed_origins.trim() == "*";
+    let star = is_star(&rule.allowed_origins);
     let mut r = Response::new(200)
         .header("Access-Control-Allow-Origin", if star { "*" } else { origin })
         .header("Access-Control-Allow-Methods", method)
@@ -107,7 +113,7 @@ pub async fn add_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, res
         resp.headers.push(("Vary".into(), "Origin".into()));
         return;
     };
-    let star = rule.allowed_origins.trim() == "*";
+    let star = is_star(&rule.allowed_origins);
     resp.headers.push((
         "Access-Control-Allow-Origin".into(),
         if star { "*".into() } else { origin.to_string() },

@@ -6,7 +6,7 @@ use crate::addressing::Target;
 use crate::error::ApiError;
 use crate::handler::Ctx;
 use crate::http::{Request, Response};
-use crate::xmlio::{escape, DECL};
+use crate::xmlio::{escape, escape_text, DECL};
 use engine::disk::Disk;
 use engine::limits::MAX_LIST_RESULTS;
 use engine::shard::QueueListing;
@@ -134,7 +134,9 @@ fn write_metadata(s: &mut String, q: &QueueListing) {
     }
     s.push_str("<Metadata>");
     for (k, v) in &q.metadata.0 {
-        s.push_str(&format!("<{k}>{}</{k}>", escape(v)));
+        // Element text: only <, > and & need escaping, so a value of quotes
+        // is not six times its size on the wire.
+        s.push_str(&format!("<{k}>{}</{k}>", escape_text(v)));
     }
     s.push_str("</Metadata>");
 }
