@@ -9,7 +9,8 @@
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
     clippy::unwrap_used,
-    clippy::expect_used
+    clippy::expect_used,
+    clippy::string_slice
 )]
 
 use crate::limits::*;
@@ -434,6 +435,11 @@ fn framing(req: &Request) -> Result<Body, FrameError> {
         .map(|(_, v)| v.as_str())
         .collect();
     if !te.is_empty() {
+        // RFC 9112 §6.1: HTTP/1.0 has no transfer codings; such a message's
+        // framing is faulty (a proxy in front may frame it differently).
+        if req.http10 {
+            return Err(FrameError::Bad("Transfer-Encoding in an HTTP/1.0 request"));
+        }
         if !cl.is_empty() {
             return Err(FrameError::Bad("both Transfer-Encoding and Content-Length"));
         }
@@ -467,7 +473,12 @@ fn framing(req: &Request) -> Result<Body, FrameError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::string_slice
+)]
 mod tests {
     use super::*;
     use futures_lite::future::block_on;

@@ -8,7 +8,8 @@
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
     clippy::unwrap_used,
-    clippy::expect_used
+    clippy::expect_used,
+    clippy::string_slice
 )]
 
 use crate::error::ApiError;
@@ -68,7 +69,7 @@ pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
     }
     let date_part = s.get(..10)?;
     let date = Date::parse(date_part, time::macros::format_description!("[year]-[month]-[day]")).ok()?;
-    let rest = &s[10..];
+    let rest = s.get(10..)?;
     if rest.is_empty() {
         return Some(PrimitiveDateTime::new(date, Time::MIDNIGHT).assume_utc());
     }

@@ -9,7 +9,8 @@
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
     clippy::unwrap_used,
-    clippy::expect_used
+    clippy::expect_used,
+    clippy::string_slice
 )]
 
 use crate::model::{Metadata, SignedIdentifier};

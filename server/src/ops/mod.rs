@@ -12,7 +12,8 @@
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
     clippy::unwrap_used,
-    clippy::expect_used
+    clippy::expect_used,
+    clippy::string_slice
 )]
 
 mod clear_messages;
