@@ -576,6 +576,11 @@ mod tests {
             let got = block_on(r.next_request()).unwrap_err().0;
             assert_eq!(got, want, "{}", String::from_utf8_lossy(raw));
         }
+        let mut r = reader(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 4096);
+        assert_eq!(
+            block_on(r.next_request()).unwrap_err().0,
+            FrameError::Bad("Transfer-Encoding in an HTTP/1.0 request")
+        );
         let mut r = reader(b"GARBAGE\x01\r\n\r\n", 4096);
         assert!(matches!(block_on(r.next_request()).unwrap_err().0, FrameError::Bad(_)));
         let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES + 10));
