@@ -31,6 +31,20 @@ fn kill9_cycles_lose_nothing_acknowledged() {
     let sum = run(&cfg);
     println!("{} (seed {seed})", sum.line());
     assert!(sum.cycles >= cfg.iterations, "only {} cycles ran", sum.cycles);
-    assert!(sum.checked > 0, "nothing was checked");
+    // Every kind of check ran at least once (each is a count of facts that
+    // would have been a violation had the server got them wrong).
+    let f = sum.facts;
+    for (kind, n) in [
+        ("acknowledged receipts", f.receipts),
+        ("acknowledged messages", f.messages),
+        ("messages invisible past a restart", f.invisible),
+        ("expired messages", f.expired),
+        ("unexpired messages with a TTL", f.unexpired),
+        ("deleted or cleared messages", f.removed),
+        ("queue definitions", f.queues),
+        ("operations in flight at a kill", f.pending),
+    ] {
+        assert!(n > 0, "seed {seed}: no {kind} were checked");
+    }
     assert!(sum.violations.is_empty(), "seed {seed}: {:#?}", sum.violations);
 }
