@@ -345,13 +345,51 @@ impl Server {
         Ok(Server { child, stderr })
     }
 
-    /// `Some(status and stderr tail)` if the process has ended on its own.
+    /// After the process ended: the lines of its stderr that say why (a
+    /// panic message, the server's own last words), then the last bytes.
+    fn last_words(&mut self) -> String {
+        let raw = self.stderr.tail(StderrTail::CAP, true);
+        // Without terminal colours.
+        let mut all = String::with_capacity(raw.len());
+        let mut esc = false;
+        for ch in raw.chars() {
+            match ch {
+                '\u{1b}' => esc = true,
+                'm' if esc => esc = false,
+                _ if esc => {}
+                _ => all.push(ch),
+            }
+        }
+        let lines: Vec<&str> = all.lines().collect();
+        let mut why = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("panicked at") {
+                why.push(format!("{l} {}", lines.get(i + 1).unwrap_or(&"")));
+            } else if l.starts_with("hematite:") || l.contains("ERROR") {
+                why.push(l.to_string());
+            }
+        }
+        let tail: String = all
+            .chars()
+            .rev()
+            .take(600)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!(
+            "stderr says: {:?}; stderr ends: {tail:?}",
+            &why[why.len().saturating_sub(6)..]
+        )
+    }
+
+    /// `Some(status and stderr)` if the process has ended on its own.
     fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(format!(
-                "hematite exited on its own with {}; stderr ends: {}",
+                "hematite exited on its own with {}; {}",
                 crate::proc::describe(status),
-                self.stderr.tail(2000, true)
+                self.last_words()
             )),
             Ok(None) => None,
             Err(e) => Some(format!("cannot query hematite's state: {e}")),
@@ -362,7 +400,7 @@ impl Server {
     fn kill9(mut self) -> Result<(), String> {
         crate::proc::kill9_checked(&mut self.child)
             .map(|_| ())
-            .map_err(|e| format!("{e}; stderr ends: {}", self.stderr.tail(2000, true)))
+            .map_err(|e| format!("{e}; {}", self.last_words()))
     }
 }
 
@@ -750,8 +788,8 @@ struct Verifying {
     /// what was seen of it.
     put: Option<Check>,
     put_text: Option<String>,
-    /// Returned by sweep 1 but in no ledger.
-    strays: Vec<(String, String, u64, String)>,
+    /// Returned by a sweep but in no ledger: (id, text, dq, receipt, sweep).
+    strays: Vec<(String, String, u64, String, u8)>,
     /// Until when the verification must wait before sweep 2.
     wait_until: Instant,
     /// The window of sweep 1's last (empty) Get.
@@ -967,7 +1005,7 @@ fn verify_begin(c: &mut Client, l: &Ledger, ctx: Ctx, bad: &mut Vec<String>) -> 
             p.got = Some((1, text, dq, w));
             v.checks.insert(id, v.put.take().expect("checked"));
         } else {
-            v.strays.push((id, text, dq, receipt));
+            v.strays.push((id, text, dq, receipt, 1));
         }
     }
     v.sweep1_last = Some(last);
@@ -1043,7 +1081,7 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
                 p.got = Some((2, text, dq, w));
                 v.checks.insert(id, p);
             }
-            None => v.strays.push((id, text, dq, receipt)),
+            None => v.strays.push((id, text, dq, receipt, 2)),
         }
     }
     for chk in v.checks.values_mut().chain(v.put.iter_mut()) {
@@ -1120,9 +1158,15 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
         }
         None => {}
     }
-    for (id, text, _, _) in &v.strays {
+    for (id, text, _, _, sweep) in &v.strays {
+        let when = if *sweep == 1 {
+            "visible at the restart"
+        } else {
+            "invisible at the restart, returned after the wait"
+        };
         fail(format!(
-            "message {id} ({text:?}) came back after restart but is in no ledger: {}",
+            "message {id} ({:?}) came back after restart ({when}) but is in no ledger: {}",
+            text.chars().take(40).collect::<String>(),
             l.why_unknown(id)
         ));
     }
@@ -1136,7 +1180,7 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
             let exp = chk.alive().next().map_or(chk.cands[0].exp, |c| c.exp);
             chk.got.map(|(_, text, dq, _)| (id, text, dq, chk.receipt, exp))
         })
-        .chain(v.strays.into_iter().map(|(id, text, dq, r)| (id, text, dq, r, None)));
+        .chain(v.strays.into_iter().map(|(id, text, dq, r, _)| (id, text, dq, r, None)));
     for (id, text, dq, receipt, exp) in present {
         let a = Instant::now();
         match try_receipt(c, &l.queue, &id, &receipt) {
