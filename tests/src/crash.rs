@@ -1102,7 +1102,7 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
                 .collect();
             fail(format!(
                 "message {id} ({:?}) after restart: {}; it fits none of its possible states ({})",
-                chk.cands[0].text,
+                chk.cands[0].text.chars().take(40).collect::<String>(),
                 chk.log.join(", "),
                 why.join("; ")
             ));
