@@ -324,10 +324,10 @@ impl Shared {
     /// An I/O error: the kill, or, before it, something to report.
     fn io_error(&self, queue: &str, op: &str, e: std::io::Error) {
         if !self.killed.load(Ordering::SeqCst) {
-            self.early
-                .lock()
-                .expect("not poisoned")
-                .push(format!("{queue}: {op} failed with an I/O error before the kill: {e}"));
+            self.early.lock().expect("not poisoned").push(format!(
+                "{queue}: {op} failed with an I/O error before the kill: {}",
+                io_words(&e)
+            ));
         }
     }
 }
@@ -404,6 +404,26 @@ impl Server {
     }
 }
 
+/// How long the harness waits for any answer: the server answers in
+/// milliseconds; silence this long is a hang, reported as such.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn client(port: u16) -> Client {
+    let mut c = Client::new(port);
+    c.timeout = ANSWER_TIMEOUT;
+    c
+}
+
+/// An I/O error in words, naming a timeout as a hang.
+fn io_words(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("no answer within {} s (the server hangs)", ANSWER_TIMEOUT.as_secs())
+        }
+        _ => e.to_string(),
+    }
+}
+
 fn qpath(q: &str) -> String {
     format!("/{}/{q}", crate::client::ACCOUNT)
 }
@@ -415,7 +435,7 @@ fn is_receipt_failure(r: &Reply) -> bool {
 /// One worker's load until the kill (or an I/O error).
 fn load(port: u16, mut l: Ledger, clock: RunClock, sh: Arc<Shared>, seed: u64) -> Ledger {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut c = Client::new(port);
+    let mut c = client(port);
     let q = l.queue.clone();
     let bad = |what: String| sh.bad(format!("{q}: {what}"));
     while !sh.killed.load(Ordering::SeqCst) {
@@ -860,7 +880,7 @@ fn sweep(c: &mut Client, queue: &str, clock: RunClock) -> Result<Swept, String> 
                 &[],
                 b"",
             )
-            .map_err(|e| format!("verification get failed: {e}"))?;
+            .map_err(|e| format!("verification get failed: {}", io_words(&e)))?;
         let w = clock.op(a, Instant::now());
         if r.status != 200 {
             return Err(format!("verification get answered {} {}", r.status, r.code()));
@@ -896,7 +916,7 @@ fn try_receipt(c: &mut Client, queue: &str, id: &str, receipt: &str) -> Result<O
         Ok(r) if r.status == 204 => Ok(Some(r.header("x-ms-popreceipt").unwrap_or("").to_string())),
         Ok(r) if is_receipt_failure(&r) => Ok(None),
         Ok(r) => Err(format!("update of {id} answered {} {}", r.status, r.code())),
-        Err(e) => Err(format!("verification update failed: {e}")),
+        Err(e) => Err(format!("verification update failed: {}", io_words(&e))),
     }
 }
 
@@ -1314,7 +1334,7 @@ fn random_acl(rng: &mut StdRng, n: u64) -> Vec<(String, String)> {
 
 fn meta_load(port: u16, mut m: MetaLedger, sh: Arc<Shared>, seed: u64) -> MetaLedger {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut c = Client::new(port);
+    let mut c = client(port);
     let bad = |what: String| sh.bad(what);
     while !sh.killed.load(Ordering::SeqCst) {
         m.n += 1;
@@ -1418,7 +1438,7 @@ fn meta_load(port: u16, mut m: MetaLedger, sh: Arc<Shared>, seed: u64) -> MetaLe
 fn observe_queue(c: &mut Client, name: &str) -> Result<Option<QueueDef>, String> {
     let r = c
         .call("GET", &format!("{}?comp=metadata", qpath(name)), &[], b"")
-        .map_err(|e| format!("queue {name}: {e}"))?;
+        .map_err(|e| format!("queue {name}: {}", io_words(&e)))?;
     match r.status {
         200 => {}
         404 if r.code() == "QueueNotFound" => return Ok(None),
@@ -1434,7 +1454,7 @@ fn observe_queue(c: &mut Client, name: &str) -> Result<Option<QueueDef>, String>
         .collect();
     let r = c
         .call("GET", &format!("{}?comp=acl", qpath(name)), &[], b"")
-        .map_err(|e| format!("queue {name}: {e}"))?;
+        .map_err(|e| format!("queue {name}: {}", io_words(&e)))?;
     if r.status != 200 {
         return Err(format!("queue {name}: get ACL answered {} {}", r.status, r.code()));
     }
@@ -1458,7 +1478,7 @@ fn verify_meta(c: &mut Client, m: &mut MetaLedger, f: &mut Facts, bad: &mut Vec<
             return;
         }
         Err(e) => {
-            bad.push(format!("list after restart failed: {e}"));
+            bad.push(format!("list after restart failed: {}", io_words(&e)));
             return;
         }
     };
@@ -1605,7 +1625,7 @@ pub fn run(cfg: &Config) -> Summary {
             }
         };
         let clock = RunClock { floor };
-        let mut c = Client::new(port);
+        let mut c = client(port);
         if first {
             for l in &ledgers {
                 let r = c.call("PUT", &qpath(&l.queue), &[], b"").expect("create worker queue");
@@ -1702,7 +1722,7 @@ pub fn run(cfg: &Config) -> Summary {
     // A final restart and verification.
     match Server::start(cfg, port) {
         Ok(mut server) => {
-            let mut c = Client::new(port);
+            let mut c = client(port);
             let ctx = Ctx {
                 clock: RunClock { floor },
                 kill_hi,
