@@ -1112,6 +1112,7 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
     // Step 6: judge.
     let mut by_get = 0;
     let (mut cleared, mut kept) = (0, 0);
+    let mut clear_log = Vec::new();
     for (id, chk) in &v.checks {
         let alive: Vec<&Cand> = chk.alive().collect();
         if alive.is_empty() {
@@ -1161,6 +1162,17 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
         }
         if alive.iter().all(|c| c.label == BY_CLEAR) {
             cleared += 1;
+            clear_log.push(format!(
+                "{id} ({:?}, expiry {:?}): {}",
+                chk.cands[0].text.chars().take(40).collect::<String>(),
+                l.msgs.get(id).and_then(|m| m.exp).map(|e| (
+                    e.lo.saturating_duration_since(ctx.t0).as_millis() as i128
+                        - ctx.t0.saturating_duration_since(e.lo).as_millis() as i128,
+                    e.hi.saturating_duration_since(ctx.t0).as_millis() as i128
+                        - ctx.t0.saturating_duration_since(e.hi).as_millis() as i128
+                )),
+                chk.log.join(", ")
+            ));
         }
         if chk.got.is_some() {
             kept += 1;
@@ -1171,7 +1183,8 @@ fn verify_end(c: &mut Client, l: &mut Ledger, mut v: Verifying, ctx: Ctx, f: &mu
             fail(format!("the pending Get of {n} messages dequeued {by_get} of them"))
         }
         Some((Pending::Clear, _)) if cleared > 0 && kept > 0 => fail(format!(
-            "the pending Clear was applied in part: {cleared} messages are gone, {kept} are still there"
+            "the pending Clear was applied in part: {cleared} messages are gone, {kept} are still there; gone: {} (expiry in ms after the restart)",
+            clear_log.join("; ")
         )),
         Some(_) => {
             f.pending += 1;
