@@ -340,7 +340,17 @@ struct Server {
 impl Server {
     fn start(cfg: &Config, port: u16) -> Result<Server, String> {
         let extra: Vec<&str> = cfg.server_args.iter().map(String::as_str).collect();
-        let mut child = crate::proc::spawn_ready(crate::proc::command(&cfg.bin, port, &cfg.data_dir, &extra))?;
+        let mut cmd = crate::proc::command(&cfg.bin, port, &cfg.data_dir, &extra);
+        // If the harness itself dies (a panic that aborts, a timeout's
+        // signal), the server goes with it instead of living on orphaned.
+        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = crate::proc::spawn_ready(cmd)?;
         let stderr = StderrTail::attach(&mut child);
         Ok(Server { child, stderr })
     }
@@ -421,6 +431,16 @@ fn io_words(e: &std::io::Error) -> String {
             format!("no answer within {} s (the server hangs)", ANSWER_TIMEOUT.as_secs())
         }
         _ => e.to_string(),
+    }
+}
+
+impl Drop for Server {
+    /// A harness that panics does not leave the server running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
