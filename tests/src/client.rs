@@ -32,6 +32,8 @@ impl Reply {
 }
 
 pub struct Client {
+    /// How long to wait for an answer before failing with an I/O error.
+    pub timeout: Duration,
     port: u16,
     key: Vec<u8>,
     conn: Option<TcpStream>,
@@ -91,6 +93,7 @@ pub fn signed_request(
 impl Client {
     pub fn new(port: u16) -> Self {
         Client {
+            timeout: Duration::from_secs(30),
             port,
             key: base64::engine::general_purpose::STANDARD.decode(KEY).unwrap(),
             conn: None,
@@ -104,7 +107,7 @@ impl Client {
         let bytes = signed_request(self.port, &self.key, method, target, extra, body)?;
         if self.conn.is_none() {
             let s = TcpStream::connect(("127.0.0.1", self.port))?;
-            s.set_read_timeout(Some(Duration::from_secs(30)))?;
+            s.set_read_timeout(Some(self.timeout))?;
             s.set_nodelay(true)?;
             self.conn = Some(s);
             self.buf.clear();
