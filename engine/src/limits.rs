@@ -1,12 +1,13 @@
 //! Every limit Hematite enforces, in one place.
 //!
-//! Azure's limits come from `azure-queue-api.md` (§0, §3); the engine's own
-//! limits are sized for this machine (`machine-limits.md`). Other modules refer
+//! Azure's limits come from Microsoft's Queue service REST reference; the
+//! engine's own limits are sized for the machine in docs/machine.md. Other modules refer
 //! to these constants instead of repeating numbers.
 
-/// Largest message text, in UTF-8 bytes of the unescaped `MessageText` (§3.4).
+/// Largest message text, in UTF-8 bytes of the unescaped `MessageText` ("Put Message").
 pub const MAX_MESSAGE_BYTES: usize = 65_536;
-/// Largest whole HTTP body Azure accepts on Put/Update Message (§2.12).
+/// Largest whole request body Azure accepts on Put/Update Message ("Put
+/// Message"; the server reports it as `MaxLimit`).
 pub const MAX_REQUEST_BODY_BYTES: usize = 131_584;
 /// `numofmessages` range for Get and Peek Messages.
 pub const MIN_NUM_OF_MESSAGES: i64 = 1;
@@ -22,15 +23,15 @@ pub const MAX_MESSAGE_TTL_SECS: i64 = i32::MAX as i64;
 /// The instant Azure shows for messages that never expire: 9999-12-31T23:59:59Z,
 /// in milliseconds since the Unix epoch. Enormous finite TTLs are capped here too.
 pub const EXPIRY_NEVER_MS: u64 = 253_402_300_799_000;
-/// Queue name length (§3.1).
+/// Queue name length ("Naming Queues and Metadata").
 pub const MIN_QUEUE_NAME_LEN: usize = 3;
 pub const MAX_QUEUE_NAME_LEN: usize = 63;
-/// Total metadata size, names plus values (§3.2).
+/// Total metadata size, names plus values ("Naming Queues and Metadata").
 pub const MAX_METADATA_BYTES: usize = 8_192;
-/// Stored access policies per queue, and the length of their ids (§2.11).
+/// Stored access policies per queue, and the length of their ids ("Set Queue ACL").
 pub const MAX_SIGNED_IDENTIFIERS: usize = 5;
 pub const MAX_SIGNED_IDENTIFIER_ID_LEN: usize = 64;
-/// List Queues page size: default and cap (§2.1).
+/// List Queues page size: default and cap ("List Queues").
 pub const MAX_LIST_RESULTS: usize = 5_000;
 
 /// Bytes reserved at the start of each segment for its header. One 4 KiB block,
@@ -55,7 +56,7 @@ const _: () = assert!(SEGMENT_HEADER_LEN + 2 * 4096 + (MAX_APPEND_BODY as u64 + 
 /// Longest `Start` / `Expiry` of a stored access policy: an ISO 8601 time
 /// (`2030-01-01T00:00:00.0000000Z` is 28 characters).
 pub const MAX_ACL_TIME_LEN: usize = 64;
-/// A stored access policy's permission: the letters r, a, u, p, each at most once (§2.11).
+/// A stored access policy's permission: the letters r, a, u, p, each at most once ("Create a service SAS").
 pub const ACL_PERMISSION_LETTERS: &str = "raup";
 /// How far ahead of the current time the shard records its clock floor
 /// (a CLOCK record), so at most one such record is written per this many

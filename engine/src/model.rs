@@ -1,4 +1,4 @@
-//! The values queues are made of, and the rules they obey (§3.1, §3.2, §2.11).
+//! The values queues are made of, and the rules they obey (Microsoft's "Naming Queues and Metadata" and "Set Queue ACL").
 //! Plain data: no owner, freely cloned between cores inside requests and replies.
 
 use crate::error::QueueError;
@@ -12,7 +12,7 @@ use base64::Engine;
 pub struct Metadata(pub Vec<(String, String)>);
 
 impl Metadata {
-    /// Validates names, duplicates and total size (§3.2).
+    /// Validates names, duplicates and total size ("Naming Queues and Metadata": C# identifiers, 8 KiB in all).
     pub fn validate(&self) -> Result<(), QueueError> {
         let mut total = 0usize;
         for (i, (name, value)) in self.0.iter().enumerate() {
@@ -34,7 +34,7 @@ impl Metadata {
     }
 
     /// Same pairs, names compared case-insensitively, values exactly, order
-    /// ignored. Decides 204 versus 409 on Create Queue (§2.6).
+    /// ignored. Decides "already existed" versus "conflict" on Create Queue.
     pub fn equivalent(&self, other: &Metadata) -> bool {
         self.0.len() == other.0.len()
             && self
@@ -50,7 +50,7 @@ fn is_csharp_identifier(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// A stored access policy (§2.10). Times are ISO 8601 strings as the server
+/// A stored access policy ("Get Queue ACL", "Set Queue ACL"). Times are ISO 8601 strings as the server
 /// normalised them; each field may be absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SignedIdentifier {
@@ -60,7 +60,7 @@ pub struct SignedIdentifier {
     pub permission: Option<String>,
 }
 
-/// Validates a whole Set Queue ACL document (§2.11). Azure answers every
+/// Validates a whole Set Queue ACL document ("Set Queue ACL"). Azure answers every
 /// violation with `InvalidXmlDocument`.
 pub fn validate_acl(acl: &[SignedIdentifier]) -> Result<(), QueueError> {
     let bad = |reason: String| Err(QueueError::InvalidXmlDocument { reason });
@@ -105,7 +105,7 @@ pub fn validate_acl(acl: &[SignedIdentifier]) -> Result<(), QueueError> {
     Ok(())
 }
 
-/// Checks a queue name: length first, then characters (§3.1).
+/// Checks a queue name: length first, then characters ("Naming Queues and Metadata").
 pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
     if !(MIN_QUEUE_NAME_LEN..=MAX_QUEUE_NAME_LEN).contains(&name.len()) {
         return Err(QueueError::OutOfRangeInput);
@@ -123,7 +123,7 @@ pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
 
 /// A pop receipt: which issue of which message it is. On the wire it is 16
 /// bytes, base64url without padding (22 characters), so it survives URLs
-/// without escaping (§3.6).
+/// without escaping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PopReceipt {
     /// The LSN of the record that issued it; unique per issue.

@@ -32,7 +32,7 @@ pub struct Message {
 }
 
 /// Messages ordered by when they become visible, ties by insertion order
-/// (Azurite's order, §3.7). A `BTreeSet` keeps insert, remove and "first
+/// (the order Azurite serves, which clients observe). A `BTreeSet` keeps insert, remove and "first
 /// visible" at O(log n), so a queue of a million messages dequeues as fast as
 /// a queue of ten.
 #[derive(Debug, Default, Clone)]

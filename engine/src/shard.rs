@@ -1,6 +1,6 @@
 //! The `Shard`: one core's queues, their message tables and visibility
 //! indexes, and the WAL that makes them durable. Every queue operation is a
-//! method here, with Azure's rules and limits (azure-queue-api.md §2.6–2.17, §3).
+//! method here, with Azure's rules and limits (Microsoft's Queue service REST reference, one page per operation).
 //!
 //! Owned by exactly one core. Methods take `&self` because requests on that
 //! core interleave at await points; state changes happen synchronously
@@ -39,7 +39,7 @@ pub struct ShardConfig {
     pub body_cache_bytes: usize,
     pub recovery: RecoveryMode,
     /// Azurite compatibility: answer a stale pop receipt with 400
-    /// `PopReceiptMismatch` instead of Azure's 404 `MessageNotFound`.
+    /// `PopReceiptMismatch` instead of Azure's `MessageNotFound`.
     pub stale_receipt_is_mismatch: bool,
     /// Seed of the generator of pop-receipt nonces. `None` (production):
     /// seeded from the operating system, so receipts cannot be guessed.
@@ -67,12 +67,11 @@ impl ShardConfig {
     }
 }
 
-/// Create Queue's two successes (§2.6).
+/// Create Queue's two successes ("Create Queue").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
-    /// 201
     New,
-    /// 204: it already existed with the same metadata.
+    /// It already existed with the same metadata.
     AlreadyExisted,
 }
 
@@ -740,7 +739,7 @@ impl<D: Disk> Shard<D> {
 
     /// Queues of `account` whose names start with `prefix` and are `>= from`,
     /// in name order, at most `max`. Also returns whether more follow. The
-    /// server merges the pages of all shards (§2.1).
+    /// server merges the pages of all shards ("List Queues").
     pub async fn list_queues(
         &self,
         account: &str,
@@ -859,7 +858,7 @@ impl<D: Disk> Shard<D> {
         .await
     }
 
-    /// Get Messages (§2.13): up to `n` visible messages, each made invisible
+    /// Get Messages: up to `n` visible messages, each made invisible
     /// for `visibility_timeout` seconds with a new pop receipt and one more
     /// dequeue. Durable before it returns, so a receipt handed out survives a crash.
     pub async fn get_messages(
@@ -1000,7 +999,7 @@ impl<D: Disk> Shard<D> {
         }
     }
 
-    /// Peek Messages (§2.14): visible messages, no side effects.
+    /// Peek Messages: visible messages, no side effects.
     pub async fn peek_messages(
         &self,
         account: &str,
@@ -1036,7 +1035,7 @@ impl<D: Disk> Shard<D> {
         Ok(out)
     }
 
-    /// Finds a message by id and checks the receipt is its current one (§3.6).
+    /// Finds a message by id and checks the receipt is its current one ("Delete Message", "Update Message").
     fn find_with_receipt(&self, q: &Queue, id: &str, receipt: &PopReceipt) -> Result<u64, QueueError> {
         let id = Uuid::parse_str(id).map_err(|_| QueueError::MessageNotFound)?;
         let m = q.find(&id).ok_or(QueueError::MessageNotFound)?;
@@ -1071,7 +1070,7 @@ impl<D: Disk> Shard<D> {
         .await
     }
 
-    /// Update Message (§2.17): new visibility, optionally new text, new receipt.
+    /// Update Message: new visibility, optionally new text, new receipt.
     pub async fn update_message(
         &self,
         account: &str,

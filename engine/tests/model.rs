@@ -376,7 +376,7 @@ fn run(ops: Vec<Op>) {
                     ..Default::default()
                 });
                 let r = block_on(s.put_message(ACCT, QUEUES[q], text.clone(), None, Some(-1)));
-                assert_eq!(r.unwrap_err().status(), 500);
+                assert_eq!(r.unwrap_err().code(), "InternalError");
                 disk.set_faults(Faults::default());
                 drop(s);
                 disk = disk.crash(CrashMode::TearUnsynced { seed });

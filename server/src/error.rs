@@ -142,10 +142,34 @@ fn xml_safe(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The HTTP status of each engine error: the one table that maps the
+/// engine's queue terms to HTTP (Microsoft's "Queue service error codes").
+fn status_of(e: &QueueError) -> u16 {
+    use QueueError::*;
+    match e {
+        QueueNotFound | MessageNotFound => 404,
+        QueueAlreadyExists => 409,
+        RequestBodyTooLarge { .. } => 413,
+        Internal { .. } => 500,
+        ServerBusy { .. } => 503,
+        PopReceiptMismatch
+        | InvalidResourceName
+        | OutOfRangeInput
+        | InvalidMetadata { .. }
+        | EmptyMetadataKey
+        | MetadataTooLarge
+        | OutOfRangeQueryParameterValue { .. }
+        | InvalidQueryParameterValue { .. }
+        | MissingRequiredQueryParameter { .. }
+        | InvalidXmlDocument { .. }
+        | InvalidMarker => 400,
+    }
+}
+
 impl From<QueueError> for ApiError {
     fn from(e: QueueError) -> Self {
         ApiError {
-            status: e.status(),
+            status: status_of(&e),
             code: e.code(),
             message: e.to_string(),
             details: e.details(),
@@ -169,5 +193,102 @@ impl From<crate::auth::Denied> for ApiError {
             code,
             format!("This request is not authorized to perform this operation{what}."),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_maps_to_a_code_and_status() {
+        let cases = [
+            (QueueError::QueueNotFound, "QueueNotFound", 404),
+            (QueueError::QueueAlreadyExists, "QueueAlreadyExists", 409),
+            (QueueError::MessageNotFound, "MessageNotFound", 404),
+            (QueueError::PopReceiptMismatch, "PopReceiptMismatch", 400),
+            (QueueError::InvalidResourceName, "InvalidResourceName", 400),
+            (QueueError::OutOfRangeInput, "OutOfRangeInput", 400),
+            (QueueError::EmptyMetadataKey, "EmptyMetadataKey", 400),
+            (QueueError::MetadataTooLarge, "MetadataTooLarge", 400),
+            (QueueError::InvalidMarker, "InvalidMarker", 400),
+            (
+                QueueError::RequestBodyTooLarge { max_limit: 65536 },
+                "RequestBodyTooLarge",
+                413,
+            ),
+            (QueueError::Internal { reason: "x".into() }, "InternalError", 500),
+            (QueueError::ServerBusy { reason: "x".into() }, "ServerBusy", 503),
+            (
+                QueueError::InvalidMetadata { name: "1a".into() },
+                "InvalidMetadata",
+                400,
+            ),
+            (
+                QueueError::OutOfRangeQueryParameterValue {
+                    name: "numofmessages",
+                    value: "33".into(),
+                    min: 1,
+                    max: 32,
+                },
+                "OutOfRangeQueryParameterValue",
+                400,
+            ),
+            (
+                QueueError::InvalidQueryParameterValue {
+                    name: "popreceipt",
+                    value: "x".into(),
+                    reason: "r".into(),
+                },
+                "InvalidQueryParameterValue",
+                400,
+            ),
+            (
+                QueueError::MissingRequiredQueryParameter { name: "popreceipt" },
+                "MissingRequiredQueryParameter",
+                400,
+            ),
+            (
+                QueueError::InvalidXmlDocument { reason: "r".into() },
+                "InvalidXmlDocument",
+                400,
+            ),
+        ];
+        // Every variant is in the table: this match has no wildcard, so a
+        // new variant does not compile until it is added above.
+        for (e, _, _) in &cases {
+            match e {
+                QueueError::QueueNotFound
+                | QueueError::QueueAlreadyExists
+                | QueueError::MessageNotFound
+                | QueueError::PopReceiptMismatch
+                | QueueError::InvalidResourceName
+                | QueueError::OutOfRangeInput
+                | QueueError::InvalidMetadata { .. }
+                | QueueError::EmptyMetadataKey
+                | QueueError::MetadataTooLarge
+                | QueueError::OutOfRangeQueryParameterValue { .. }
+                | QueueError::InvalidQueryParameterValue { .. }
+                | QueueError::MissingRequiredQueryParameter { .. }
+                | QueueError::RequestBodyTooLarge { .. }
+                | QueueError::InvalidXmlDocument { .. }
+                | QueueError::InvalidMarker
+                | QueueError::Internal { .. }
+                | QueueError::ServerBusy { .. } => {}
+            }
+        }
+        assert_eq!(cases.len(), 17, "one row per variant");
+        for (e, code, status) in cases {
+            assert_eq!(e.code(), code);
+            assert_eq!(status_of(&e), status);
+        }
+        let e = QueueError::OutOfRangeQueryParameterValue {
+            name: "numofmessages",
+            value: "33".into(),
+            min: 1,
+            max: 32,
+        };
+        assert_eq!(status_of(&e), 400);
+        assert_eq!(e.details()[3], ("MaximumAllowed", "32".to_string()));
     }
 }

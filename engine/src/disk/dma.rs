@@ -32,7 +32,7 @@ pub enum Preallocation {
     #[default]
     Fallocate,
     /// `fallocate`, then write zeros over the whole segment once, so every
-    /// commit afterwards is a pure overwrite (machine-limits.md §1b). Faster
+    /// commit afterwards is a pure overwrite (docs/machine.md, disk). Faster
     /// commits, but the 64 MiB zero write competes with them and raises p99.
     ZeroFill,
 }
@@ -50,7 +50,7 @@ fn to_io(e: glommio::GlommioError<()>) -> io::Error {
 
 impl DmaDisk {
     /// Opens (creating if needed) `dir`. Works around glommio's iopoll probe
-    /// pitfall (glommio-notes pitfall 3): the first `DmaFile` opened on a
+    /// pitfall (a glommio 0.9 behaviour we measured): the first `DmaFile` opened on a
     /// device decides whether reads are polled, and an empty first file makes
     /// every later read fail with EOPNOTSUPP. So the first file we open is a
     /// non-empty probe, read back once.
