@@ -1215,7 +1215,9 @@ impl<D: Disk> Shard<D> {
         self.wal.reserve(self.now()).await?;
         let mut rewritten = self.rewrite_clock(seg)?;
         // Queue definitions first: they are small and need no reads.
-        let qids: Vec<u64> = self
+        // Sorted, so the log's layout does not depend on hash order and a
+        // simulation seed replays exactly.
+        let mut qids: Vec<u64> = self
             .st
             .borrow()
             .queues
@@ -1223,6 +1225,7 @@ impl<D: Disk> Shard<D> {
             .filter(|q| q.def_seg == seg)
             .map(|q| q.qid)
             .collect();
+        qids.sort_unstable();
         for qid in qids {
             self.wal.reserve(self.now()).await?;
             let mut st = self.st.borrow_mut();
@@ -1232,7 +1235,7 @@ impl<D: Disk> Shard<D> {
             write_definition(&self.wal, q, true)?;
             rewritten += 1;
         }
-        let msgs: Vec<(u64, u64, BodyLoc)> = {
+        let mut msgs: Vec<(u64, u64, BodyLoc)> = {
             let st = self.st.borrow();
             st.queues
                 .values()
@@ -1243,6 +1246,7 @@ impl<D: Disk> Shard<D> {
                 })
                 .collect()
         };
+        msgs.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
         for (qid, seq, loc) in msgs {
             let Some(src) = self.source_of(loc) else { continue };
             // Never rewrite what could not be verified: a corrupt body would
@@ -1295,6 +1299,12 @@ impl<D: Disk> Shard<D> {
         self.cache.borrow().len()
     }
 
+    /// Messages held in memory (expired ones not yet purged included): the
+    /// cache may only hold bodies of these, which the simulator checks.
+    pub fn message_count(&self) -> usize {
+        self.st.borrow().queues.values().map(|q| q.len()).sum()
+    }
+
     /// Every queue with every message and its text, in canonical order.
     /// Reads bodies from disk; meant for tests and tools, not the hot path.
     pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
@@ -1307,7 +1317,11 @@ impl<D: Disk> Shard<D> {
                 self.purge(q, now);
                 q.check_invariants();
             }
-            for q in st.queues.values() {
+            // In name order, so the bodies load (and enter the cache) in the
+            // same order on every run: a simulation seed replays exactly.
+            let mut queues: Vec<&Queue> = st.queues.values().collect();
+            queues.sort_unstable_by(|a, b| (&a.account, &a.name).cmp(&(&b.account, &b.name)));
+            for q in queues {
                 let mut msgs: Vec<Message> = q.messages().cloned().collect();
                 msgs.sort_by_key(|m| (m.visible_ms, m.seq));
                 let srcs = msgs.iter().map(|m| self.body_source(m.seq, q)).collect::<Vec<_>>();
