@@ -939,9 +939,22 @@ impl<D: Disk> Shard<D> {
         }
     }
 
+    /// Where a read gets a live message's body. A disk read is registered
+    /// with the cache here, in the same synchronous step that saw the
+    /// message live, not when the load starts: a read waits for durability
+    /// between the two, and a delete in that gap must find the load to
+    /// cancel, or the dead message's body would go back into the cache.
+    /// (A source that is never loaded leaves its key registered until the
+    /// message goes; a later finished load of a live body is then cached,
+    /// which is right.)
     fn body_source(&self, seq: u64, q: &Queue) -> BodySource<D::File> {
-        self.source_of(q.get(seq).expect("message exists").body)
-            .expect("a live message's segment exists")
+        let src = self
+            .source_of(q.get(seq).expect("message exists").body)
+            .expect("a live message's segment exists");
+        if let BodySource::Disk(_, loc) = &src {
+            self.cache.borrow_mut().begin_load((loc.seg, loc.offset));
+        }
+        src
     }
 
     /// Loads several bodies with their disk reads in flight together: a Get
@@ -955,9 +968,9 @@ impl<D: Disk> Shard<D> {
             BodySource::Cached(b) => b,
             BodySource::Disk(r, loc) => {
                 let key = (loc.seg, loc.offset);
-                // A delete while the read is in flight cancels the insert
-                // below, so a dead message's body never goes back in.
-                self.cache.borrow_mut().begin_load(key);
+                // The load was registered when the source was captured
+                // (body_source): a delete since then, or while the read is in
+                // flight, cancels the insert below.
                 let read = self.read_text(&r, loc).await;
                 let mut cache = self.cache.borrow_mut();
                 match read {

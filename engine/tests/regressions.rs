@@ -388,6 +388,46 @@ fn a_body_read_racing_a_delete_is_not_cached_again() {
     );
 }
 
+/// Found by the simulator (seed 275): a read captures where a body is, then
+/// waits for durability, and only then starts loading it; a delete applied
+/// during that wait found no load to cancel, so the body of a dead message
+/// went back into the cache.
+#[test]
+fn a_body_whose_message_is_deleted_while_the_read_waits_is_not_cached() {
+    let (disk, clock, s) = fresh();
+    let receipt = block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "que", "short-lived".into(), None, None)
+            .await
+            .unwrap();
+        let m = s.get_messages(ACCT, "que", None, Some(60)).await.unwrap().remove(0);
+        let up = s
+            .update_message(ACCT, "que", &m.id.to_string(), &m.pop_receipt, Some(0), None)
+            .await
+            .unwrap();
+        (m.id.to_string(), up.pop_receipt)
+    });
+    drop(s);
+    let s = open(&disk, &clock, small_config());
+    assert_eq!(s.cache_len(), 0);
+    let (_, peeked, deleted) = block_on(async {
+        futures::join!(
+            // Keeps the queue's newest record pending, so the peek waits.
+            s.put_message(ACCT, "que", "pending".into(), Some(60), None),
+            s.peek_messages(ACCT, "que", Some(1)),
+            s.delete_message(ACCT, "que", &receipt.0, &receipt.1)
+        )
+    });
+    peeked.unwrap();
+    deleted.unwrap();
+    assert!(
+        s.cache_len() <= s.message_count(),
+        "the cache holds {} bodies for {} messages: a deleted message's body went back in",
+        s.cache_len(),
+        s.message_count()
+    );
+}
+
 #[test]
 fn an_expiry_a_reader_saw_survives_the_clock_stepping_back_across_a_restart() {
     let (disk, clock, s) = fresh();
