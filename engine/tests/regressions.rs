@@ -114,6 +114,44 @@ fn a_prepared_unused_segment_is_still_removed_at_restart() {
     }
 }
 
+/// Found by the simulator (seed 549): a segment's rotation seal written to
+/// the wrong place, over an earlier commit of the same segment, ended the
+/// segment there; recovery accepted it and silently dropped every
+/// acknowledged commit after that point. LSNs inside a segment run without
+/// gaps, so a seal or commit whose LSN skips some is refused.
+#[test]
+fn a_misdirected_seal_over_an_earlier_commit_is_refused() {
+    for target_first in [false, true] {
+        let (disk, clock, s) = fresh();
+        block_on(async {
+            s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+            let mut i = 0;
+            while s.segment_stats().len() < 3 {
+                s.put_message(ACCT, "que", format!("{i:04}{}", "m".repeat(3000)), None, Some(-1))
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+        });
+        drop(s);
+        let seg1 = segment_name(1);
+        let writes: Vec<(u64, usize)> = disk
+            .writes_newest_first()
+            .into_iter()
+            .filter(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+            .map(|(_, pos, len)| (pos, len))
+            .collect();
+        // The newest write to segment 1 is its rotation seal.
+        let (seal_at, seal_len) = writes[0];
+        let target = if target_first { 4096 } else { writes[writes.len() / 2].0 };
+        assert!(target < seal_at);
+        let bytes = disk.file_bytes(&seg1).unwrap();
+        let seal = bytes[seal_at as usize..seal_at as usize + seal_len].to_vec();
+        disk.overwrite(&seg1, target, &seal);
+        expect_corruption(try_open(&disk, &clock, small_config()), &seg1, target);
+    }
+}
+
 // ----- 2. reads never show state that is not durable -----
 
 #[test]

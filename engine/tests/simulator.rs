@@ -719,6 +719,12 @@ impl World {
         let cfg = self.shard_cfg(shard, self.slots[shard].restarts);
         match block_on(Shard::open(disk, cfg, self.clock.clone())) {
             Ok(s) => {
+                let r = s.recovery_report();
+                let e = format!(
+                    "{} recovered s{shard}: {} commits, torn tail {:?}, removed {:?}",
+                    self.step, r.commits_replayed, r.torn_tail, r.removed_empty
+                );
+                self.event(e);
                 let dump = block_on(s.dump());
                 self.slots[shard].shard = Some(Rc::new(s));
                 match dump {

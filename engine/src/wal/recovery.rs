@@ -136,6 +136,22 @@ async fn scan<F: DiskFile>(
         if fh.lsn <= last {
             break bad(pos, format!("LSN {} does not follow {last}", fh.lsn));
         }
+        // Inside a segment LSNs run without gaps: each commit's marker, and
+        // the seal, take the LSN after the previous commit's last record
+        // (the writer opens a batch only once the previous one is closed,
+        // and recovery seals a tail with the LSN after its last). A seal
+        // first in a segment (a tail whose only commit was torn) follows the
+        // previous segment's last LSN the same way. A frame that skips LSNs
+        // is a write that landed in the wrong place (a newer commit or seal
+        // over an older commit): accepting it would drop every commit in
+        // between without a trace.
+        let follows_directly = commits > 0 || fh.kind == kind::SEGMENT_END;
+        if follows_directly && fh.lsn != last.saturating_add(1) {
+            break bad(
+                pos,
+                format!("LSN {} skips from {last}: commits in between are missing", fh.lsn),
+            );
+        }
         match fh.kind {
             kind::SEGMENT_END => {
                 let len = fh.body_len as usize;
