@@ -595,10 +595,15 @@ pub(crate) async fn recover<D: Disk>(
         }
     }
 
+    // The newest LSN of the segments that stay. Empty segments after the
+    // last one holding data are removed below and do not count: their scan
+    // reports the LSN before their header's base, which may lie above every
+    // durable record, and sealing the tail above it would leave a gap in the
+    // tail's LSNs, which the scan refuses (a gap means a misplaced write).
     let last_lsn = scans
         .iter()
         .enumerate()
-        .filter(|(i, _)| !quarantine.contains(i))
+        .filter(|(i, _)| !quarantine.contains(i) && last_with_data.is_some_and(|l| *i <= l))
         .filter_map(|(_, s)| s.as_ref().map(|s| s.last_lsn))
         .max()
         .unwrap_or(0);
