@@ -895,7 +895,19 @@ impl World {
 }
 
 pub fn run_seed(seed: u64, verbose: bool) -> Result<(Stats, u64), Failure> {
-    World::new(seed, verbose).run()
+    // A panic (an engine assertion, an invariant check) is a finding too.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| World::new(seed, verbose).run())).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(Failure {
+            seed,
+            violations: vec![format!("panic: {msg}")],
+            trace: Vec::new(),
+        })
+    })
 }
 
 fn report(f: &Failure) -> String {
