@@ -152,6 +152,50 @@ fn a_misdirected_seal_over_an_earlier_commit_is_refused() {
     }
 }
 
+/// Found by the simulator (seed 187): a segment sealed by recovery, whose
+/// second commit was written over its first (a misdirected write), read as
+/// one valid commit then zeros; since the next segment began two LSNs
+/// later, recovery took the zeros for a seal that power loss prevented and
+/// dropped the first commit silently, although a valid seal followed.
+#[test]
+fn a_misdirected_commit_before_a_recovery_seal_is_refused() {
+    let (disk, clock, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "que", "first".into(), None, Some(-1))
+            .await
+            .unwrap();
+    });
+    drop(s);
+    // The restart seals segment 1 and writes into segment 2.
+    let s = open(&disk, &clock, small_config());
+    block_on(s.put_message(ACCT, "que", "second".into(), None, Some(-1))).unwrap();
+    drop(s);
+    let seg1 = segment_name(1);
+    let mut commits: Vec<(u64, usize)> = disk
+        .writes_newest_first()
+        .into_iter()
+        .filter(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+        .map(|(_, pos, len)| (pos, len))
+        .collect();
+    commits.sort();
+    // [create at 4096, put, recovery seal]
+    assert_eq!(commits.len(), 3, "{commits:?}");
+    let (at, len) = commits[1];
+    let bytes = disk.file_bytes(&seg1).unwrap();
+    let moved = bytes[at as usize..at as usize + len].to_vec();
+    disk.overwrite(&seg1, 4096, &moved);
+    disk.overwrite(&seg1, at, &vec![0u8; len]);
+    match try_open(&disk, &clock, small_config()) {
+        Err(StorageError::Corruption { .. }) => {}
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(s) => panic!(
+            "accepted; the queue's definition is gone: {:?}",
+            block_on(s.list_queues(ACCT, "", None, 10)).unwrap()
+        ),
+    }
+}
+
 // ----- 2. reads never show state that is not durable -----
 
 #[test]

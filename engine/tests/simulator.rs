@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 const T0: u64 = 1_800_000_000_000;
 /// A request pending for more group commits of its shard than this is
 /// starved (issue 9, defect 3: a read waited 118 commits).
-const STARVED_COMMITS: u64 = 40;
+const STARVED_COMMITS: u64 = 10;
 
 /// The server's routing (`server::shards::owner`): xxh3 of "account/queue".
 fn owner(account: &str, queue: &str, shards: usize) -> usize {
@@ -69,6 +69,15 @@ struct Cfg {
     clock_back: bool,
     guesses: bool,
     big_bodies: bool,
+    /// Bodies of a few bytes, many live messages: the cache's entry bound.
+    tiny_bodies: bool,
+    /// Queues are created and deleted often.
+    churn: bool,
+    /// Every idle client issues a request at once (sustained load).
+    burst: bool,
+    /// Chance of a power loss of a shard right after it answered: the
+    /// window where an answer shows state that is not durable yet.
+    crash_after_answer: f64,
 }
 
 impl Cfg {
@@ -94,7 +103,7 @@ impl Cfg {
             } else {
                 2 * MIN_SEGMENT_BYTES
             },
-            cache_bytes: if rng.gen_bool(0.5) { 16 * 1024 } else { 256 * 1024 },
+            cache_bytes: [4 * 1024, 16 * 1024, 256 * 1024][rng.gen_range(0..3)],
             steps: rng.gen_range(1_500..4_000),
             crash: rng.gen_range(1..=6),
             tear: rng.gen_bool(0.6),
@@ -106,6 +115,10 @@ impl Cfg {
             clock_back: rng.gen_bool(0.3),
             guesses: rng.gen_bool(0.3),
             big_bodies: rng.gen_bool(0.5),
+            tiny_bodies: rng.gen_bool(0.25),
+            churn: rng.gen_bool(0.25),
+            burst: rng.gen_bool(0.3),
+            crash_after_answer: [0.0, 0.0, 0.02, 0.1][rng.gen_range(0..4)],
         }
     }
 }
@@ -163,8 +176,9 @@ struct World {
     stats: Stats,
 }
 
-fn text_of(rng: &mut StdRng, prefix: String, big: bool) -> String {
+fn text_of(rng: &mut StdRng, prefix: String, big: bool, tiny: bool) -> String {
     let len = match rng.gen_range(0..100) {
+        _ if tiny => rng.gen_range(0..4),
         0..=14 => 0,
         15..=59 => rng.gen_range(1..100),
         60..=93 => rng.gen_range(100..3000),
@@ -328,12 +342,21 @@ impl World {
         let q = self.pick_queue();
         let shards = self.cfg.shards;
         let shard = owner(&q.0, &q.1, shards);
-        let r = self.rng.gen_range(0..100);
+        let mut r = self.rng.gen_range(0..100);
+        if self.cfg.churn && self.rng.gen_bool(0.15) {
+            // Create, list and delete queues much more often.
+            r = [70, 90, 99, 99][self.rng.gen_range(0..4)];
+        }
         let op = match r {
             0..=29 => {
                 let putno = self.next_put;
                 self.next_put += 1;
-                let text = text_of(&mut self.rng, format!("m{putno}"), self.cfg.big_bodies);
+                let text = text_of(
+                    &mut self.rng,
+                    format!("m{putno}"),
+                    self.cfg.big_bodies,
+                    self.cfg.tiny_bodies,
+                );
                 let ttl = match self.rng.gen_range(0..10) {
                     0..=5 => -1,
                     6..=7 => self.rng.gen_range(2..120),
@@ -394,7 +417,7 @@ impl World {
                     let text = self
                         .rng
                         .gen_bool(0.4)
-                        .then(|| text_of(&mut self.rng, format!("m{putno}:u"), false));
+                        .then(|| text_of(&mut self.rng, format!("m{putno}:u"), false, self.cfg.tiny_bodies));
                     Op::Update {
                         q,
                         putno,
@@ -486,6 +509,13 @@ impl World {
             let poisoned =
                 matches!(&out, Outcome::Unit(Err(e)) if e.status() == 500) || format!("{out:?}").contains("Poisoned");
             self.check.complete(id, out, self.step);
+            if self.cfg.crash_after_answer > 0.0
+                && self.rng.gen_bool(self.cfg.crash_after_answer)
+                && self.slots[shard].restart_due.is_none()
+            {
+                // Right now: the next tick, before anything else runs.
+                self.slots[shard].restart_due = Some(self.step);
+            }
             if poisoned && self.slots[shard].restart_due.is_none() {
                 let after = self.rng.gen_range(1..300);
                 self.slots[shard].restart_due = Some(self.step + after);
@@ -796,7 +826,10 @@ impl World {
             self.exec.step(&mut self.rng)
         } else if r < 850 {
             if clients_on {
-                self.spawn_client_op();
+                let n = if self.cfg.burst { self.clients.len() } else { 1 };
+                for _ in 0..n {
+                    self.spawn_client_op();
+                }
             }
             false
         } else if r < 900 {

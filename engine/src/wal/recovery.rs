@@ -477,7 +477,25 @@ pub(crate) async fn recover<D: Disk>(
         let h = f.header.as_ref().expect("scanned segments have headers");
         let next = scans.get(i + 1).and_then(|n| n.as_ref());
         let problem = match &s.stop {
-            Stop::Sealed { next_lsn: 0, .. } => None,
+            // A recovery seal takes the LSN after the segment's last record,
+            // and the segment that startup opened begins right after it.
+            Stop::Sealed { next_lsn: 0, .. } => match next.and_then(|n| n.first_lsn) {
+                Some(first) if first != s.last_lsn + 1 => {
+                    let file = segment_name(f.seq + 1);
+                    let reason = format!(
+                        "{} was sealed at LSN {}, but the next segment begins with commit {first}: commits are missing",
+                        f.name, s.last_lsn
+                    );
+                    if strict {
+                        return Err(corrupt(&file, SEGMENT_HEADER_LEN, reason));
+                    }
+                    if !quarantine.contains(&(i + 1)) {
+                        quarantine.push(i + 1);
+                    }
+                    None
+                }
+                _ => None,
+            },
             // A rotation seal is written only after the next segment's first
             // commit is durable, and names it: that commit must be there.
             Stop::Sealed { next_lsn, .. } => match next.map(|n| n.first_lsn) {
@@ -516,10 +534,19 @@ pub(crate) async fn recover<D: Disk>(
                         at,
                         "a used segment reads as empty: it holds no commit, but later segments hold data".to_string(),
                     ))
-                } else if matches!(stop, Stop::Zero { .. }) && next.and_then(|n| n.first_lsn) == Some(s.last_lsn + 2) {
+                } else if matches!(stop, Stop::Zero { .. })
+                    && next.and_then(|n| n.first_lsn) == Some(s.last_lsn + 2)
+                    && later_commit(&f.file, h, s.valid_end + h.alignment as u64, s.last_lsn)
+                        .await
+                        .map_err(|e| io_err(&f.name, e))?
+                        .is_none()
+                {
                     // Power failed after the next segment's first commit and
                     // before this one's seal (which would have taken LSN
-                    // last + 1): nothing is missing in between.
+                    // last + 1): nothing is missing in between. Only if no
+                    // valid newer frame follows the zeros in this file: one
+                    // that does proves the segment went on, so the zeros are
+                    // a lost or misplaced write, not a seal never written.
                     None
                 } else {
                     let (at, why) = match stop {
