@@ -36,7 +36,8 @@ impl Wake for Flag {
 
 #[derive(Default)]
 pub struct Exec {
-    tasks: BTreeMap<u64, (Tag, BoxFut)>,
+    /// Each task with the number of times it was polled.
+    tasks: BTreeMap<u64, (Tag, BoxFut, u64)>,
     // Ids are never reused, so a stale wake of a finished task is ignored.
     ready: Arc<Mutex<BTreeSet<u64>>>,
     next: u64,
@@ -46,12 +47,17 @@ impl Exec {
     pub fn spawn(&mut self, tag: Tag, fut: BoxFut) {
         let id = self.next;
         self.next += 1;
-        self.tasks.insert(id, (tag, fut));
+        self.tasks.insert(id, (tag, fut, 0));
         self.ready.lock().expect("one thread").insert(id);
     }
 
     pub fn has_ready(&self) -> bool {
         !self.ready.lock().expect("one thread").is_empty()
+    }
+
+    /// Requests (not maintenance) and how often each was polled so far.
+    pub fn polls(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.tasks.values().filter_map(|(t, _, n)| t.op.map(|op| (op, *n)))
     }
 
     pub fn len(&self) -> usize {
@@ -70,9 +76,10 @@ impl Exec {
             ready.remove(&id);
             id
         };
-        let Some((_, fut)) = self.tasks.get_mut(&id) else {
+        let Some((_, fut, polls)) = self.tasks.get_mut(&id) else {
             return true;
         };
+        *polls += 1;
         let waker = Waker::from(Arc::new(Flag {
             id,
             ready: self.ready.clone(),
@@ -89,12 +96,12 @@ impl Exec {
         let ids: Vec<u64> = self
             .tasks
             .iter()
-            .filter(|(_, (t, _))| t.shard == shard)
+            .filter(|(_, (t, _, _))| t.shard == shard)
             .map(|(&id, _)| id)
             .collect();
         let mut out = Vec::new();
         for id in ids {
-            let (tag, fut) = self.tasks.remove(&id).expect("listed");
+            let (tag, fut, _) = self.tasks.remove(&id).expect("listed");
             drop(fut);
             out.push(tag.op);
         }
