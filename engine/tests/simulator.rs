@@ -81,6 +81,9 @@ struct Cfg {
     /// Chance of a power loss of a shard right after it answered: the
     /// window where an answer shows state that is not durable yet.
     crash_after_answer: f64,
+    /// The same right after a read's answer (List, Peek, Get Queue
+    /// Metadata, Get ACL): reads must never show what a crash takes back.
+    crash_after_read: f64,
 }
 
 impl Cfg {
@@ -122,6 +125,7 @@ impl Cfg {
             churn: rng.gen_bool(0.25),
             burst: rng.gen_bool(0.3),
             crash_after_answer: [0.0, 0.0, 0.02, 0.1][rng.gen_range(0..4)],
+            crash_after_read: [0.0, 0.0, 0.1, 0.3][rng.gen_range(0..4)],
         }
     }
 }
@@ -168,8 +172,8 @@ struct World {
     maint_done: Rc<RefCell<Vec<(usize, Result<(), StorageError>)>>>,
     /// Client -> its request in flight, if any.
     clients: Vec<Option<u64>>,
-    /// Request -> (client, shard, commits of the shard when issued).
-    inflight: BTreeMap<u64, (usize, usize, u64)>,
+    /// Request -> (client, shard, commits of the shard when issued, is a read).
+    inflight: BTreeMap<u64, (usize, usize, u64, bool)>,
     next_op: u64,
     next_put: u64,
     step: u64,
@@ -492,7 +496,11 @@ impl World {
         self.event(format!("{} c{client} #{id} {}", self.step, op.brief()));
         self.check.issue(id, op.clone(), shard, self.step);
         self.clients[client] = Some(id);
-        self.inflight.insert(id, (client, shard, sh.wal().commits()));
+        let read = matches!(
+            op,
+            Op::List { .. } | Op::Peek { .. } | Op::GetProps { .. } | Op::GetAcl { .. }
+        );
+        self.inflight.insert(id, (client, shard, sh.wal().commits(), read));
         let done = self.done.clone();
         self.exec.spawn(
             Tag { shard, op: Some(id) },
@@ -506,16 +514,18 @@ impl World {
     fn collect(&mut self) {
         let done: Vec<(u64, Outcome)> = self.done.borrow_mut().drain(..).collect();
         for (id, out) in done {
-            let (client, shard, _) = self.inflight.remove(&id).expect("in flight");
+            let (client, shard, _, read) = self.inflight.remove(&id).expect("in flight");
             self.clients[client] = None;
             self.event(format!("{} #{id} -> {}", self.step, out.brief()));
             let poisoned =
                 matches!(&out, Outcome::Unit(Err(e)) if e.status() == 500) || format!("{out:?}").contains("Poisoned");
             self.check.complete(id, out, self.step);
-            if self.cfg.crash_after_answer > 0.0
-                && self.rng.gen_bool(self.cfg.crash_after_answer)
-                && self.slots[shard].restart_due.is_none()
-            {
+            let p = if read {
+                self.cfg.crash_after_answer.max(self.cfg.crash_after_read)
+            } else {
+                self.cfg.crash_after_answer
+            };
+            if p > 0.0 && self.rng.gen_bool(p) && self.slots[shard].restart_due.is_none() {
                 // Right now: the next tick, before anything else runs.
                 self.slots[shard].restart_due = Some(self.step);
             }
@@ -705,7 +715,7 @@ impl World {
         }
         self.stats.crashes += 1;
         for op in self.exec.cancel_shard(shard).into_iter().flatten() {
-            let (client, _, _) = self.inflight.remove(&op).expect("in flight");
+            let (client, _, _, _) = self.inflight.remove(&op).expect("in flight");
             self.clients[client] = None;
             self.check.indeterminate(op, self.step);
         }
@@ -811,7 +821,7 @@ impl World {
         }
         for (id, polls) in self.exec.polls() {
             if polls > STARVED_POLLS {
-                let waited = self.inflight.get(&id).and_then(|(_, shard, c0)| {
+                let waited = self.inflight.get(&id).and_then(|(_, shard, c0, _)| {
                     let s = self.slots[*shard].shard.as_ref()?;
                     Some(s.wal().commits().saturating_sub(*c0))
                 });
