@@ -196,6 +196,65 @@ fn a_misdirected_commit_before_a_recovery_seal_is_refused() {
     }
 }
 
+/// Found by the simulator's long run (seed 1005934): power failed while a
+/// rotation's first commit was being written. That commit goes to the new
+/// segment before the old one is sealed, and nothing in it was
+/// acknowledged; but recovery saw an unsealed segment followed by one
+/// "holding data" (the torn commit) and refused to start.
+#[test]
+fn a_torn_first_commit_of_a_rotation_is_a_torn_tail() {
+    let (disk, clock, s) = fresh();
+    let mut acked = Vec::new();
+    block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        let mut i = 0;
+        while s.segment_stats().len() < 3 {
+            let text = format!("{i:04}{}", "m".repeat(3000));
+            s.put_message(ACCT, "que", text.clone(), None, Some(-1)).await.unwrap();
+            acked.push(text);
+            i += 1;
+        }
+    });
+    drop(s);
+    // Undo the rotation into segment 2 as power loss mid-rotation leaves
+    // it: segment 1's seal never written, segment 2's first commit torn.
+    let (seg1, seg2) = (segment_name(1), segment_name(2));
+    let writes = disk.writes_newest_first();
+    let (seal_at, seal_len) = writes
+        .iter()
+        .find(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+        .map(|(_, p, l)| (*p, *l))
+        .unwrap();
+    disk.overwrite(&seg1, seal_at, &vec![0u8; seal_len]);
+    let first_len = writes
+        .iter()
+        .filter(|(n, pos, _)| *n == seg2 && *pos == 4096)
+        .map(|(_, _, l)| *l)
+        .next_back()
+        .unwrap();
+    let bytes = disk.file_bytes(&seg2).unwrap();
+    // Segment 2 keeps only the first half of its first commit; what was
+    // written after it (segment 2's later commits) never happened either.
+    let mut torn = bytes[4096..4096 + first_len / 2].to_vec();
+    torn.resize(bytes.len() - 4096, 0);
+    disk.overwrite(&seg2, 4096, &torn);
+    for file in wal_files(&disk).into_iter().filter(|n| *n > seg2) {
+        disk.overwrite(&file, 4096, &vec![0u8; disk.file_bytes(&file).unwrap().len() - 4096]);
+    }
+    let s = try_open(&disk, &clock, small_config()).unwrap_or_else(|e| panic!("refused a torn rotation: {e}"));
+    let got = texts(&s, "que");
+    assert!(
+        !got.is_empty() && acked.starts_with(&got),
+        "{} of {} kept",
+        got.len(),
+        acked.len()
+    );
+    drop(s);
+    // And the next start, after recovery sealed what it found, too.
+    let s = try_open(&disk, &clock, small_config()).unwrap_or_else(|e| panic!("second start refused: {e}"));
+    assert_eq!(texts(&s, "que"), got);
+}
+
 // ----- 2. reads never show state that is not durable -----
 
 #[test]

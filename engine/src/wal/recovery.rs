@@ -535,15 +535,31 @@ pub(crate) async fn recover<D: Disk>(
                         "a used segment reads as empty: it holds no commit, but later segments hold data".to_string(),
                     ))
                 } else if matches!(stop, Stop::Zero { .. })
-                    && next.and_then(|n| n.first_lsn) == Some(s.last_lsn + 2)
+                    && next.is_some_and(|n| {
+                        // The rotation's first commit is durable and names
+                        // LSN last + 2 (the seal never written took last + 1) ...
+                        n.first_lsn == Some(s.last_lsn + 2)
+                            // ... or it tore (nothing in it was acknowledged:
+                            // answers wait for the seal) and is the log's
+                            // torn tail ...
+                            || (n.commits == 0
+                                && matches!(n.stop, Stop::Bad { .. })
+                                && last_with_data == Some(i + 1))
+                            // ... or a later start sealed that torn segment
+                            // empty, with the LSN after this one's last.
+                            || (n.commits == 0
+                                && matches!(n.stop, Stop::Sealed { next_lsn: 0, .. })
+                                && n.last_lsn == s.last_lsn + 1)
+                    })
                     && later_commit(&f.file, h, s.valid_end + h.alignment as u64, s.last_lsn)
                         .await
                         .map_err(|e| io_err(&f.name, e))?
                         .is_none()
                 {
-                    // Power failed after the next segment's first commit and
-                    // before this one's seal (which would have taken LSN
-                    // last + 1): nothing is missing in between. Only if no
+                    // Power failed after (or while) the next segment's first
+                    // commit was written and before this one's seal (which
+                    // would have taken LSN last + 1): nothing acknowledged is
+                    // missing in between. Only if no
                     // valid newer frame follows the zeros in this file: one
                     // that does proves the segment went on, so the zeros are
                     // a lost or misplaced write, not a seal never written.
