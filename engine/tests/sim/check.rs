@@ -729,7 +729,9 @@ impl Checker {
 
     /// Nothing but `me` could have changed the message's receipt since step `e`.
     fn quiet(&self, m: &MFacts, e: u64, me: u64) -> bool {
-        let after = |end: &Option<u64>| end.is_none_or(|d| d > e);
+        // `>=`: a request cancelled by a crash in the very step that
+        // answered `e` may have been applied after it.
+        let after = |end: &Option<u64>| end.is_none_or(|d| d >= e);
         let qf = &self.queues[&m.q];
         !m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
             && !qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
