@@ -328,6 +328,8 @@ struct MFacts {
     q: QKey,
     id: Option<Uuid>,
     expires: Option<u64>,
+    /// The TTL the put asked for (-1: never expires).
+    ttl: i64,
     presence: Reg<bool>,
     text: Reg<String>,
     /// (step the observation completed, dequeue count seen).
@@ -543,7 +545,9 @@ impl Checker {
                 .expect("made above")
                 .acl
                 .begin(id, Some(acl.clone()), step),
-            Op::Put { q, putno, text, .. } => {
+            Op::Put {
+                q, putno, text, ttl, ..
+            } => {
                 self.queues.get_mut(q).expect("made above").msgs.insert(*putno);
                 let mut presence = Reg::new(false);
                 presence.begin(id, true, step);
@@ -555,6 +559,7 @@ impl Checker {
                         q: q.clone(),
                         id: None,
                         expires: None,
+                        ttl: *ttl,
                         presence,
                         text: t,
                         dq_obs: Vec::new(),
@@ -1258,7 +1263,12 @@ impl Checker {
                     continue;
                 }
                 let m = &self.msgs[&putno];
-                let may_have_expired = m.expires.is_some_and(|x| x <= ub);
+                // (An expiry never answered is unknown: only a TTL of -1
+                // rules expiry out.)
+                let may_have_expired = match m.expires {
+                    Some(x) => x <= ub,
+                    None => m.ttl != -1,
+                };
                 let may_be_gone = allowed(&self.presence_writes(m), c, c).contains(&&false) || may_have_expired;
                 if !may_be_gone {
                     self.violation(format!(
