@@ -162,6 +162,9 @@ pub struct Stats {
     max_polls: u64,
 }
 
+/// A maintenance run that finished: its shard and result.
+type MaintDone = (usize, Result<(), StorageError>);
+
 pub struct Failure {
     seed: u64,
     violations: Vec<String>,
@@ -177,7 +180,7 @@ struct World {
     slots: Vec<Slot>,
     check: Checker,
     done: Rc<RefCell<Vec<(u64, Outcome)>>>,
-    maint_done: Rc<RefCell<Vec<(usize, Result<(), StorageError>)>>>,
+    maint_done: Rc<RefCell<Vec<MaintDone>>>,
     /// Client -> its request in flight, if any.
     clients: Vec<Option<u64>>,
     /// Request -> (client, shard, commits of the shard when issued, is a read).
@@ -1012,8 +1015,9 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Seeds CI runs (debug build, about two minutes on a 2-core machine).
-const CI_SEEDS: u64 = 40;
+/// Seeds CI runs: about two minutes of a debug build on this 2-vCPU machine
+/// (docs/TESTING.md, "CI budget").
+const CI_SEEDS: u64 = 300;
 
 #[test]
 fn simulation() {

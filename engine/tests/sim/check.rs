@@ -900,7 +900,7 @@ impl Checker {
                     self.bump_time(&p);
                 }
                 Ok(Created::AlreadyExisted) | Err(QueueError::QueueAlreadyExists) => {
-                    let same = matches!(r, Ok(_));
+                    let same = r.is_ok();
                     self.cancel(id, &p);
                     let want = Metadata(meta.clone());
                     self.observe_queue(q, s, c, &what, |v| {
