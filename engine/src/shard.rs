@@ -938,9 +938,22 @@ impl<D: Disk> Shard<D> {
         }
     }
 
+    /// Where a read gets a live message's body. A disk read is registered
+    /// with the cache here, in the same synchronous step that saw the
+    /// message live, not when the load starts: a read waits for durability
+    /// between the two, and a delete in that gap must find the load to
+    /// cancel, or the dead message's body would go back into the cache.
+    /// (A source that is never loaded leaves its key registered until the
+    /// message goes; a later finished load of a live body is then cached,
+    /// which is right.)
     fn body_source(&self, seq: u64, q: &Queue) -> BodySource<D::File> {
-        self.source_of(q.get(seq).expect("message exists").body)
-            .expect("a live message's segment exists")
+        let src = self
+            .source_of(q.get(seq).expect("message exists").body)
+            .expect("a live message's segment exists");
+        if let BodySource::Disk(_, loc) = &src {
+            self.cache.borrow_mut().begin_load((loc.seg, loc.offset));
+        }
+        src
     }
 
     /// Loads several bodies with their disk reads in flight together: a Get
@@ -954,9 +967,9 @@ impl<D: Disk> Shard<D> {
             BodySource::Cached(b) => b,
             BodySource::Disk(r, loc) => {
                 let key = (loc.seg, loc.offset);
-                // A delete while the read is in flight cancels the insert
-                // below, so a dead message's body never goes back in.
-                self.cache.borrow_mut().begin_load(key);
+                // The load was registered when the source was captured
+                // (body_source): a delete since then, or while the read is in
+                // flight, cancels the insert below.
                 let read = self.read_text(&r, loc).await;
                 let mut cache = self.cache.borrow_mut();
                 match read {
@@ -1214,7 +1227,9 @@ impl<D: Disk> Shard<D> {
         self.wal.reserve(self.now()).await?;
         let mut rewritten = self.rewrite_clock(seg)?;
         // Queue definitions first: they are small and need no reads.
-        let qids: Vec<u64> = self
+        // Sorted, so the log's layout does not depend on hash order and a
+        // simulation seed replays exactly.
+        let mut qids: Vec<u64> = self
             .st
             .borrow()
             .queues
@@ -1222,6 +1237,7 @@ impl<D: Disk> Shard<D> {
             .filter(|q| q.def_seg == seg)
             .map(|q| q.qid)
             .collect();
+        qids.sort_unstable();
         for qid in qids {
             self.wal.reserve(self.now()).await?;
             let mut st = self.st.borrow_mut();
@@ -1231,7 +1247,7 @@ impl<D: Disk> Shard<D> {
             write_definition(&self.wal, q, true)?;
             rewritten += 1;
         }
-        let msgs: Vec<(u64, u64, BodyLoc)> = {
+        let mut msgs: Vec<(u64, u64, BodyLoc)> = {
             let st = self.st.borrow();
             st.queues
                 .values()
@@ -1242,6 +1258,7 @@ impl<D: Disk> Shard<D> {
                 })
                 .collect()
         };
+        msgs.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
         for (qid, seq, loc) in msgs {
             let Some(src) = self.source_of(loc) else { continue };
             // Never rewrite what could not be verified: a corrupt body would
@@ -1294,6 +1311,12 @@ impl<D: Disk> Shard<D> {
         self.cache.borrow().len()
     }
 
+    /// Messages held in memory (expired ones not yet purged included): the
+    /// cache may only hold bodies of these, which the simulator checks.
+    pub fn message_count(&self) -> usize {
+        self.st.borrow().queues.values().map(|q| q.len()).sum()
+    }
+
     /// Every queue with every message and its text, in canonical order.
     /// Reads bodies from disk; meant for tests and tools, not the hot path.
     pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
@@ -1306,7 +1329,11 @@ impl<D: Disk> Shard<D> {
                 self.purge(q, now);
                 q.check_invariants();
             }
-            for q in st.queues.values() {
+            // In name order, so the bodies load (and enter the cache) in the
+            // same order on every run: a simulation seed replays exactly.
+            let mut queues: Vec<&Queue> = st.queues.values().collect();
+            queues.sort_unstable_by(|a, b| (&a.account, &a.name).cmp(&(&b.account, &b.name)));
+            for q in queues {
                 let mut msgs: Vec<Message> = q.messages().cloned().collect();
                 msgs.sort_by_key(|m| (m.visible_ms, m.seq));
                 let srcs = msgs.iter().map(|m| self.body_source(m.seq, q)).collect::<Vec<_>>();

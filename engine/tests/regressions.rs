@@ -114,6 +114,147 @@ fn a_prepared_unused_segment_is_still_removed_at_restart() {
     }
 }
 
+/// Found by the simulator (seed 549): a segment's rotation seal written to
+/// the wrong place, over an earlier commit of the same segment, ended the
+/// segment there; recovery accepted it and silently dropped every
+/// acknowledged commit after that point. LSNs inside a segment run without
+/// gaps, so a seal or commit whose LSN skips some is refused.
+#[test]
+fn a_misdirected_seal_over_an_earlier_commit_is_refused() {
+    for target_first in [false, true] {
+        let (disk, clock, s) = fresh();
+        block_on(async {
+            s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+            let mut i = 0;
+            while s.segment_stats().len() < 3 {
+                s.put_message(ACCT, "que", format!("{i:04}{}", "m".repeat(3000)), None, Some(-1))
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+        });
+        drop(s);
+        let seg1 = segment_name(1);
+        let writes: Vec<(u64, usize)> = disk
+            .writes_newest_first()
+            .into_iter()
+            .filter(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+            .map(|(_, pos, len)| (pos, len))
+            .collect();
+        // The newest write to segment 1 is its rotation seal.
+        let (seal_at, seal_len) = writes[0];
+        let target = if target_first { 4096 } else { writes[writes.len() / 2].0 };
+        assert!(target < seal_at);
+        let bytes = disk.file_bytes(&seg1).unwrap();
+        let seal = bytes[seal_at as usize..seal_at as usize + seal_len].to_vec();
+        disk.overwrite(&seg1, target, &seal);
+        expect_corruption(try_open(&disk, &clock, small_config()), &seg1, target);
+    }
+}
+
+/// Found by the simulator (seed 187): a segment sealed by recovery, whose
+/// second commit was written over its first (a misdirected write), read as
+/// one valid commit then zeros; since the next segment began two LSNs
+/// later, recovery took the zeros for a seal that power loss prevented and
+/// dropped the first commit silently, although a valid seal followed.
+#[test]
+fn a_misdirected_commit_before_a_recovery_seal_is_refused() {
+    let (disk, clock, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "que", "first".into(), None, Some(-1))
+            .await
+            .unwrap();
+    });
+    drop(s);
+    // The restart seals segment 1 and writes into segment 2.
+    let s = open(&disk, &clock, small_config());
+    block_on(s.put_message(ACCT, "que", "second".into(), None, Some(-1))).unwrap();
+    drop(s);
+    let seg1 = segment_name(1);
+    let mut commits: Vec<(u64, usize)> = disk
+        .writes_newest_first()
+        .into_iter()
+        .filter(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+        .map(|(_, pos, len)| (pos, len))
+        .collect();
+    commits.sort();
+    // [create at 4096, put, recovery seal]
+    assert_eq!(commits.len(), 3, "{commits:?}");
+    let (at, len) = commits[1];
+    let bytes = disk.file_bytes(&seg1).unwrap();
+    let moved = bytes[at as usize..at as usize + len].to_vec();
+    disk.overwrite(&seg1, 4096, &moved);
+    disk.overwrite(&seg1, at, &vec![0u8; len]);
+    match try_open(&disk, &clock, small_config()) {
+        Err(StorageError::Corruption { .. }) => {}
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(s) => panic!(
+            "accepted; the queue's definition is gone: {:?}",
+            block_on(s.list_queues(ACCT, "", None, 10)).unwrap()
+        ),
+    }
+}
+
+/// Found by the simulator's long run (seed 1005934): power failed while a
+/// rotation's first commit was being written. That commit goes to the new
+/// segment before the old one is sealed, and nothing in it was
+/// acknowledged; but recovery saw an unsealed segment followed by one
+/// "holding data" (the torn commit) and refused to start.
+#[test]
+fn a_torn_first_commit_of_a_rotation_is_a_torn_tail() {
+    let (disk, clock, s) = fresh();
+    let mut acked = Vec::new();
+    block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        let mut i = 0;
+        while s.segment_stats().len() < 3 {
+            let text = format!("{i:04}{}", "m".repeat(3000));
+            s.put_message(ACCT, "que", text.clone(), None, Some(-1)).await.unwrap();
+            acked.push(text);
+            i += 1;
+        }
+    });
+    drop(s);
+    // Undo the rotation into segment 2 as power loss mid-rotation leaves
+    // it: segment 1's seal never written, segment 2's first commit torn.
+    let (seg1, seg2) = (segment_name(1), segment_name(2));
+    let writes = disk.writes_newest_first();
+    let (seal_at, seal_len) = writes
+        .iter()
+        .find(|(n, pos, _)| *n == seg1 && *pos >= 4096)
+        .map(|(_, p, l)| (*p, *l))
+        .unwrap();
+    disk.overwrite(&seg1, seal_at, &vec![0u8; seal_len]);
+    let first_len = writes
+        .iter()
+        .filter(|(n, pos, _)| *n == seg2 && *pos == 4096)
+        .map(|(_, _, l)| *l)
+        .next_back()
+        .unwrap();
+    let bytes = disk.file_bytes(&seg2).unwrap();
+    // Segment 2 keeps only the first half of its first commit; what was
+    // written after it (segment 2's later commits) never happened either.
+    let mut torn = bytes[4096..4096 + first_len / 2].to_vec();
+    torn.resize(bytes.len() - 4096, 0);
+    disk.overwrite(&seg2, 4096, &torn);
+    for file in wal_files(&disk).into_iter().filter(|n| *n > seg2) {
+        disk.overwrite(&file, 4096, &vec![0u8; disk.file_bytes(&file).unwrap().len() - 4096]);
+    }
+    let s = try_open(&disk, &clock, small_config()).unwrap_or_else(|e| panic!("refused a torn rotation: {e}"));
+    let got = texts(&s, "que");
+    assert!(
+        !got.is_empty() && acked.starts_with(&got),
+        "{} of {} kept",
+        got.len(),
+        acked.len()
+    );
+    drop(s);
+    // And the next start, after recovery sealed what it found, too.
+    let s = try_open(&disk, &clock, small_config()).unwrap_or_else(|e| panic!("second start refused: {e}"));
+    assert_eq!(texts(&s, "que"), got);
+}
+
 // ----- 2. reads never show state that is not durable -----
 
 #[test]
@@ -385,6 +526,46 @@ fn a_body_read_racing_a_delete_is_not_cached_again() {
         s.cache_len(),
         0,
         "the body of a deleted message went back into the cache"
+    );
+}
+
+/// Found by the simulator (seed 275): a read captures where a body is, then
+/// waits for durability, and only then starts loading it; a delete applied
+/// during that wait found no load to cancel, so the body of a dead message
+/// went back into the cache.
+#[test]
+fn a_body_whose_message_is_deleted_while_the_read_waits_is_not_cached() {
+    let (disk, clock, s) = fresh();
+    let receipt = block_on(async {
+        s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "que", "short-lived".into(), None, None)
+            .await
+            .unwrap();
+        let m = s.get_messages(ACCT, "que", None, Some(60)).await.unwrap().remove(0);
+        let up = s
+            .update_message(ACCT, "que", &m.id.to_string(), &m.pop_receipt, Some(0), None)
+            .await
+            .unwrap();
+        (m.id.to_string(), up.pop_receipt)
+    });
+    drop(s);
+    let s = open(&disk, &clock, small_config());
+    assert_eq!(s.cache_len(), 0);
+    let (_, peeked, deleted) = block_on(async {
+        futures::join!(
+            // Keeps the queue's newest record pending, so the peek waits.
+            s.put_message(ACCT, "que", "pending".into(), Some(60), None),
+            s.peek_messages(ACCT, "que", Some(1)),
+            s.delete_message(ACCT, "que", &receipt.0, &receipt.1)
+        )
+    });
+    peeked.unwrap();
+    deleted.unwrap();
+    assert!(
+        s.cache_len() <= s.message_count(),
+        "the cache holds {} bodies for {} messages: a deleted message's body went back in",
+        s.cache_len(),
+        s.message_count()
     );
 }
 

@@ -33,6 +33,13 @@ pub struct Faults {
     pub fail_write_after: Option<u64>,
     /// `create` and `allocate` fail with ENOSPC.
     pub no_space: bool,
+    /// The read after this many reads returns its first logical block as
+    /// zeros (a sector that reads back empty: a lost or misdirected write
+    /// seen from the reader's side). Fires once.
+    pub zero_read_after: Option<u64>,
+    /// The read after this many reads returns one bit flipped (bad media,
+    /// a bad cable). Fires once.
+    pub flip_read_after: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -74,6 +81,11 @@ struct State {
     /// Logical block size (write alignment) and physical sector size (tear unit).
     logical: u64,
     physical: u64,
+    /// Every write ever made, oldest first: (inode, offset, length). The
+    /// simulator aims its corruption at old writes with it, sparing the
+    /// newest ones (damage to the log's last commit is indistinguishable
+    /// from a torn write; docs/STORAGE_FORMAT.md, "Recovery").
+    writes: Vec<(u64, u64, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -133,6 +145,7 @@ impl SimDisk {
             next_ino: st.next_ino,
             logical: st.logical,
             physical: st.physical,
+            writes: st.writes.clone(),
             ..Default::default()
         };
         let phys = st.physical;
@@ -207,6 +220,24 @@ impl SimDisk {
             }
             img[offset as usize..end].copy_from_slice(bytes);
         }
+    }
+
+    /// Writes made so far, newest first, with the name their file has now
+    /// (writes to files since removed are left out).
+    pub fn writes_newest_first(&self) -> Vec<(String, u64, usize)> {
+        let st = self.st.borrow();
+        let names: HashMap<u64, &String> = st.live_names.iter().map(|(n, i)| (*i, n)).collect();
+        st.writes
+            .iter()
+            .rev()
+            .filter_map(|(ino, pos, len)| names.get(ino).map(|n| ((*n).clone(), *pos, *len)))
+            .collect()
+    }
+
+    /// The device's logical block and physical sector sizes.
+    pub fn sectors(&self) -> (u64, u64) {
+        let st = self.st.borrow();
+        (st.logical, st.physical)
     }
 
     pub fn file_bytes(&self, name: &str) -> Option<Vec<u8>> {
@@ -333,6 +364,7 @@ impl DiskFile for SimFile {
             }
             st.stats.writes += 1;
             st.stats.bytes_written += data.len() as u64;
+            st.writes.push((self.ino, pos, data.len()));
         }
         self.with(|n| {
             let end = pos as usize + data.len();
@@ -349,11 +381,34 @@ impl DiskFile for SimFile {
         // A real read takes time: let other tasks run meanwhile, so races
         // with a read in flight are reachable in tests.
         futures_lite::future::yield_now().await;
-        Ok(self.with(|n| {
+        let (zero, flip, logical) = {
+            let mut st = self.disk.st.borrow_mut();
+            let zero = countdown(&mut st.faults.zero_read_after);
+            let flip = countdown(&mut st.faults.flip_read_after);
+            if zero {
+                st.faults.zero_read_after = None;
+            }
+            if flip {
+                st.faults.flip_read_after = None;
+            }
+            (zero, flip, st.logical)
+        };
+        let mut out = self.with(|n| {
             let s = (pos as usize).min(n.live.len());
             let e = (pos as usize + len).min(n.live.len());
             n.live[s..e].to_vec()
-        }))
+        });
+        if zero {
+            // The logical block holding the read's first byte reads as zeros.
+            let block_end = (pos / logical + 1) * logical;
+            let n = ((block_end - pos) as usize).min(out.len());
+            out[..n].fill(0);
+        }
+        if flip && !out.is_empty() {
+            let i = (pos as usize * 7 + out.len() / 3) % out.len();
+            out[i] ^= 0x10;
+        }
+        Ok(out)
     }
 
     async fn sync(&self) -> io::Result<()> {

@@ -136,6 +136,22 @@ async fn scan<F: DiskFile>(
         if fh.lsn <= last {
             break bad(pos, format!("LSN {} does not follow {last}", fh.lsn));
         }
+        // Inside a segment LSNs run without gaps: each commit's marker, and
+        // the seal, take the LSN after the previous commit's last record
+        // (the writer opens a batch only once the previous one is closed,
+        // and recovery seals a tail with the LSN after its last). A seal
+        // first in a segment (a tail whose only commit was torn) follows the
+        // previous segment's last LSN the same way. A frame that skips LSNs
+        // is a write that landed in the wrong place (a newer commit or seal
+        // over an older commit): accepting it would drop every commit in
+        // between without a trace.
+        let follows_directly = commits > 0 || fh.kind == kind::SEGMENT_END;
+        if follows_directly && fh.lsn != last.saturating_add(1) {
+            break bad(
+                pos,
+                format!("LSN {} skips from {last}: commits in between are missing", fh.lsn),
+            );
+        }
         match fh.kind {
             kind::SEGMENT_END => {
                 let len = fh.body_len as usize;
@@ -461,7 +477,25 @@ pub(crate) async fn recover<D: Disk>(
         let h = f.header.as_ref().expect("scanned segments have headers");
         let next = scans.get(i + 1).and_then(|n| n.as_ref());
         let problem = match &s.stop {
-            Stop::Sealed { next_lsn: 0, .. } => None,
+            // A recovery seal takes the LSN after the segment's last record,
+            // and the segment that startup opened begins right after it.
+            Stop::Sealed { next_lsn: 0, .. } => match next.and_then(|n| n.first_lsn) {
+                Some(first) if first != s.last_lsn + 1 => {
+                    let file = segment_name(f.seq + 1);
+                    let reason = format!(
+                        "{} was sealed at LSN {}, but the next segment begins with commit {first}: commits are missing",
+                        f.name, s.last_lsn
+                    );
+                    if strict {
+                        return Err(corrupt(&file, SEGMENT_HEADER_LEN, reason));
+                    }
+                    if !quarantine.contains(&(i + 1)) {
+                        quarantine.push(i + 1);
+                    }
+                    None
+                }
+                _ => None,
+            },
             // A rotation seal is written only after the next segment's first
             // commit is durable, and names it: that commit must be there.
             Stop::Sealed { next_lsn, .. } => match next.map(|n| n.first_lsn) {
@@ -500,10 +534,35 @@ pub(crate) async fn recover<D: Disk>(
                         at,
                         "a used segment reads as empty: it holds no commit, but later segments hold data".to_string(),
                     ))
-                } else if matches!(stop, Stop::Zero { .. }) && next.and_then(|n| n.first_lsn) == Some(s.last_lsn + 2) {
-                    // Power failed after the next segment's first commit and
-                    // before this one's seal (which would have taken LSN
-                    // last + 1): nothing is missing in between.
+                } else if matches!(stop, Stop::Zero { .. })
+                    && next.is_some_and(|n| {
+                        // The rotation's first commit is durable and names
+                        // LSN last + 2 (the seal never written took last + 1) ...
+                        n.first_lsn == Some(s.last_lsn + 2)
+                            // ... or it tore (nothing in it was acknowledged:
+                            // answers wait for the seal) and is the log's
+                            // torn tail ...
+                            || (n.commits == 0
+                                && matches!(n.stop, Stop::Bad { .. })
+                                && last_with_data == Some(i + 1))
+                            // ... or a later start sealed that torn segment
+                            // empty, with the LSN after this one's last.
+                            || (n.commits == 0
+                                && matches!(n.stop, Stop::Sealed { next_lsn: 0, .. })
+                                && n.last_lsn == s.last_lsn + 1)
+                    })
+                    && later_commit(&f.file, h, s.valid_end + h.alignment as u64, s.last_lsn)
+                        .await
+                        .map_err(|e| io_err(&f.name, e))?
+                        .is_none()
+                {
+                    // Power failed after (or while) the next segment's first
+                    // commit was written and before this one's seal (which
+                    // would have taken LSN last + 1): nothing acknowledged is
+                    // missing in between. Only if no
+                    // valid newer frame follows the zeros in this file: one
+                    // that does proves the segment went on, so the zeros are
+                    // a lost or misplaced write, not a seal never written.
                     None
                 } else {
                     let (at, why) = match stop {
@@ -579,10 +638,15 @@ pub(crate) async fn recover<D: Disk>(
         }
     }
 
+    // The newest LSN of the segments that stay. Empty segments after the
+    // last one holding data are removed below and do not count: their scan
+    // reports the LSN before their header's base, which may lie above every
+    // durable record, and sealing the tail above it would leave a gap in the
+    // tail's LSNs, which the scan refuses (a gap means a misplaced write).
     let last_lsn = scans
         .iter()
         .enumerate()
-        .filter(|(i, _)| !quarantine.contains(i))
+        .filter(|(i, _)| !quarantine.contains(i) && last_with_data.is_some_and(|l| *i <= l))
         .filter_map(|(_, s)| s.as_ref().map(|s| s.last_lsn))
         .max()
         .unwrap_or(0);

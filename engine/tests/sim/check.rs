@@ -1,0 +1,1293 @@
+//! The checker: Azure queue semantics against every acknowledged answer.
+//!
+//! Only answers are facts. A request cancelled by a crash, or answered 500
+//! (the shard poisoned itself), may or may not have happened. Requests run
+//! concurrently, so the checker never assumes an order between two requests
+//! whose lifetimes overlap: it works on intervals of scheduler steps
+//! (`issue` .. `end`).
+//!
+//! A *register* (a queue's metadata, its ACL, a message's existence, a
+//! message's text) is a set of writes with their intervals. A value may be
+//! read at time [s, c] if some write of it was issued before c and is not
+//! *dominated*: no acknowledged write ended before s that was issued after
+//! it ended (which would have overwritten it for sure). Every answer a read
+//! gave is durable, so it is recorded as an acknowledged write of what it saw
+//! ("nothing a read observed disappears after a crash").
+//!
+//! Pop receipts are ordered by version: a Put's is (0, 0), a Get's (dequeue
+//! count, 0), an Update's (d, k + 1) for the (d, k) it consumed. A receipt
+//! older than the newest acknowledged one must never work again; the newest
+//! must work while nothing else could have touched the message.
+
+use engine::model::{Metadata, SignedIdentifier};
+use engine::shard::{
+    Created, PeekedMessage, PutReceipt, QueueDump, QueueListing, QueueProperties, ReceivedMessage, UpdateReceipt,
+};
+use engine::QueueError;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use uuid::Uuid;
+
+pub type QKey = (String, String);
+pub type Meta = Vec<(String, String)>;
+pub type Acl = Vec<SignedIdentifier>;
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    CreateQueue {
+        q: QKey,
+        meta: Meta,
+    },
+    DeleteQueue {
+        q: QKey,
+    },
+    SetMeta {
+        q: QKey,
+        meta: Meta,
+    },
+    GetProps {
+        q: QKey,
+    },
+    SetAcl {
+        q: QKey,
+        acl: Acl,
+    },
+    GetAcl {
+        q: QKey,
+    },
+    List {
+        shard: usize,
+        account: String,
+        prefix: String,
+        from: Option<String>,
+        max: usize,
+    },
+    Put {
+        q: QKey,
+        putno: u64,
+        text: String,
+        vt: i64,
+        ttl: i64,
+    },
+    Get {
+        q: QKey,
+        n: i64,
+        vt: i64,
+    },
+    Peek {
+        q: QKey,
+        n: i64,
+    },
+    Update {
+        q: QKey,
+        putno: u64,
+        id: Uuid,
+        receipt: String,
+        vt: i64,
+        text: Option<String>,
+    },
+    Delete {
+        q: QKey,
+        putno: u64,
+        id: Uuid,
+        receipt: String,
+    },
+    /// Delete with a receipt guessed from others (issue 8 B).
+    Guess {
+        q: QKey,
+        putno: u64,
+        id: Uuid,
+        receipt: String,
+    },
+    Clear {
+        q: QKey,
+    },
+}
+
+impl Op {
+    pub fn queue(&self) -> Option<&QKey> {
+        use Op::*;
+        match self {
+            CreateQueue { q, .. } | DeleteQueue { q } | SetMeta { q, .. } | GetProps { q } | SetAcl { q, .. } => {
+                Some(q)
+            }
+            GetAcl { q } | Put { q, .. } | Get { q, .. } | Peek { q, .. } | Update { q, .. } | Delete { q, .. } => {
+                Some(q)
+            }
+            Guess { q, .. } | Clear { q } => Some(q),
+            List { .. } => None,
+        }
+    }
+
+    /// A short description for the trace: no uuids (they are random), so
+    /// the trace of a seed is the same on every run.
+    pub fn brief(&self) -> String {
+        use Op::*;
+        match self {
+            CreateQueue { q, meta } => format!("create {}/{} meta={}", q.0, q.1, meta.len()),
+            DeleteQueue { q } => format!("delete-queue {}/{}", q.0, q.1),
+            SetMeta { q, meta } => format!("set-meta {}/{} {}", q.0, q.1, meta.len()),
+            GetProps { q } => format!("get-props {}/{}", q.0, q.1),
+            SetAcl { q, acl } => format!("set-acl {}/{} {}", q.0, q.1, acl.len()),
+            GetAcl { q } => format!("get-acl {}/{}", q.0, q.1),
+            List {
+                shard,
+                account,
+                prefix,
+                from,
+                max,
+            } => {
+                format!("list s{shard} {account} prefix={prefix:?} from={from:?} max={max}")
+            }
+            Put {
+                q,
+                putno,
+                text,
+                vt,
+                ttl,
+            } => format!("put {}/{} m{putno} len={} vt={vt} ttl={ttl}", q.0, q.1, text.len()),
+            Get { q, n, vt } => format!("get {}/{} n={n} vt={vt}", q.0, q.1),
+            Peek { q, n } => format!("peek {}/{} n={n}", q.0, q.1),
+            Update { q, putno, vt, text, .. } => {
+                format!("update {}/{} m{putno} vt={vt} text={}", q.0, q.1, text.is_some())
+            }
+            Delete { q, putno, .. } => format!("delete {}/{} m{putno}", q.0, q.1),
+            Guess { q, putno, .. } => format!("guess-delete {}/{} m{putno}", q.0, q.1),
+            Clear { q } => format!("clear {}/{}", q.0, q.1),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    Created(Result<Created, QueueError>),
+    Unit(Result<(), QueueError>),
+    Props(Result<QueueProperties, QueueError>),
+    Acl(Result<Acl, QueueError>),
+    List(Result<(Vec<QueueListing>, bool), QueueError>),
+    Put(Result<PutReceipt, QueueError>),
+    Got(Result<Vec<ReceivedMessage>, QueueError>),
+    Peeked(Result<Vec<PeekedMessage>, QueueError>),
+    Updated(Result<UpdateReceipt, QueueError>),
+}
+
+impl Outcome {
+    fn error(&self) -> Option<&QueueError> {
+        match self {
+            Outcome::Created(Err(e))
+            | Outcome::Unit(Err(e))
+            | Outcome::Props(Err(e))
+            | Outcome::Acl(Err(e))
+            | Outcome::List(Err(e))
+            | Outcome::Put(Err(e))
+            | Outcome::Got(Err(e))
+            | Outcome::Peeked(Err(e))
+            | Outcome::Updated(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn brief(&self) -> String {
+        match self.error() {
+            Some(e) => format!("{} {}", e.status(), e.code()),
+            None => match self {
+                Outcome::Got(Ok(v)) => format!(
+                    "ok {} msgs {:?}",
+                    v.len(),
+                    v.iter().map(|m| m.dequeue_count).collect::<Vec<_>>()
+                ),
+                Outcome::Peeked(Ok(v)) => format!("ok {} msgs", v.len()),
+                Outcome::List(Ok((v, more))) => format!("ok {} queues more={more}", v.len()),
+                Outcome::Created(Ok(c)) => format!("ok {c:?}"),
+                _ => "ok".into(),
+            },
+        }
+    }
+}
+
+// ----- registers -----
+
+#[derive(Debug, Clone)]
+struct W<T> {
+    v: T,
+    issue: u64,
+    end: Option<u64>,
+    acked: bool,
+}
+
+fn dominated<T>(w: &W<T>, all: &[&W<T>], s: u64) -> bool {
+    let Some(end) = w.end else { return false };
+    all.iter()
+        .any(|w2| w2.acked && w2.end.is_some_and(|d| d < s) && w2.issue > end)
+}
+
+fn allowed<'a, T>(all: &[&'a W<T>], s: u64, c: u64) -> Vec<&'a T> {
+    all.iter()
+        .filter(|w| w.issue < c && !dominated(w, all, s))
+        .map(|w| &w.v)
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Reg<T> {
+    ws: BTreeMap<u64, W<T>>,
+}
+
+impl<T: Clone + PartialEq + std::fmt::Debug> Reg<T> {
+    fn new(init: T) -> Self {
+        let mut ws = BTreeMap::new();
+        ws.insert(
+            0,
+            W {
+                v: init,
+                issue: 0,
+                end: Some(0),
+                acked: true,
+            },
+        );
+        Reg { ws }
+    }
+    fn empty() -> Self {
+        Reg { ws: BTreeMap::new() }
+    }
+    fn begin(&mut self, id: u64, v: T, step: u64) {
+        self.ws.insert(
+            id,
+            W {
+                v,
+                issue: step,
+                end: None,
+                acked: false,
+            },
+        );
+    }
+    fn ack(&mut self, id: u64, step: u64) {
+        if let Some(w) = self.ws.get_mut(&id) {
+            w.end = Some(step);
+            w.acked = true;
+        }
+    }
+    fn fail(&mut self, id: u64) {
+        self.ws.remove(&id);
+    }
+    fn indeterminate(&mut self, id: u64, step: u64) {
+        if let Some(w) = self.ws.get_mut(&id) {
+            w.end = Some(step);
+        }
+    }
+    fn all(&self) -> Vec<&W<T>> {
+        self.ws.values().collect()
+    }
+    /// Values a read over [s, c] may see.
+    fn allowed(&self, s: u64, c: u64) -> Vec<T> {
+        allowed(&self.all(), s, c).into_iter().cloned().collect()
+    }
+    /// Records a durable observation of `v` over [s, c].
+    fn observed(&mut self, id: u64, v: T, s: u64, c: u64) {
+        self.ws.insert(
+            id,
+            W {
+                v,
+                issue: s,
+                end: Some(c),
+                acked: true,
+            },
+        );
+    }
+    /// Drops writes no read issued at or after `horizon` may see.
+    fn prune(&mut self, horizon: u64) {
+        let all = self.all();
+        let dead: Vec<u64> = self
+            .ws
+            .iter()
+            .filter(|(_, w)| dominated(w, &all, horizon))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in dead {
+            self.ws.remove(&id);
+        }
+    }
+}
+
+// ----- facts -----
+
+type Ver = (u64, u64);
+type Span = (u64, Option<u64>);
+
+struct QFacts {
+    shard: usize,
+    meta: Reg<Option<Meta>>,
+    acl: Reg<Option<Acl>>,
+    /// Clear Messages and Delete Queue: writes of "absent" to every message.
+    clears: BTreeMap<u64, W<bool>>,
+    /// Gets whose answer is unknown (in flight, or cancelled/failed).
+    gets: BTreeMap<u64, Span>,
+    msgs: BTreeSet<u64>,
+}
+
+struct MFacts {
+    q: QKey,
+    id: Option<Uuid>,
+    expires: Option<u64>,
+    /// The TTL the put asked for (-1: never expires).
+    ttl: i64,
+    presence: Reg<bool>,
+    text: Reg<String>,
+    /// (step the observation completed, dequeue count seen).
+    dq_obs: Vec<(u64, u64)>,
+    get_dqs: BTreeSet<u64>,
+    receipts: BTreeMap<String, Ver>,
+    /// Newest acknowledged receipt: version, step it was answered, the
+    /// visibility it set, the receipt.
+    newest: Option<(Ver, u64, u64, String)>,
+    /// Receipts answered 404 MessageNotFound, with the step.
+    dead: BTreeMap<String, u64>,
+    /// Updates, deletes and gets that returned this message.
+    changers: BTreeMap<u64, Span>,
+    refused: bool,
+}
+
+impl MFacts {
+    fn dq_floor(&self, s: u64) -> u64 {
+        self.dq_obs
+            .iter()
+            .filter(|(d, _)| *d < s)
+            .map(|(_, v)| *v)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+struct Pending {
+    op: Op,
+    shard: usize,
+    issue: u64,
+    /// Lower bound of the time the engine answers at.
+    lb: u64,
+    /// The shard's recorded time floor when the request was issued.
+    floor: u64,
+    clock_epoch: u64,
+    newest_at_issue: Option<Ver>,
+    dead_at_issue: bool,
+}
+
+/// What faults a shard may be under: errors are accepted only then.
+#[derive(Debug, Default, Clone)]
+pub struct ShardFaults {
+    /// An fdatasync or write error was armed since this instance opened.
+    pub poison: bool,
+    /// ENOSPC was armed since this instance opened.
+    pub no_space: bool,
+    /// A transient read fault was armed since this instance opened.
+    pub read_fault: bool,
+    /// Files of the shard that hold injected corruption.
+    pub corrupt_files: BTreeSet<String>,
+}
+
+impl ShardFaults {
+    pub fn errors_expected(&self) -> bool {
+        self.poison || self.read_fault || !self.corrupt_files.is_empty()
+    }
+}
+
+pub struct Checker {
+    pending: BTreeMap<u64, Pending>,
+    queues: BTreeMap<QKey, QFacts>,
+    msgs: BTreeMap<u64, MFacts>,
+    by_id: HashMap<Uuid, u64>,
+    /// Per shard: every acknowledged mutation's time is recorded in the log,
+    /// so the shard's time never again goes below this.
+    time_lb: Vec<u64>,
+    pub faults: Vec<ShardFaults>,
+    max_clock: u64,
+    lease: u64,
+    clock: u64,
+    clock_epoch: u64,
+    synth: u64,
+    pub violations: Vec<String>,
+    pub acked: u64,
+    pub indeterminate: u64,
+    pub errors: u64,
+}
+
+fn parse_putno(text: &str) -> Option<u64> {
+    text.strip_prefix('m')?.split(':').next()?.parse().ok()
+}
+
+impl Checker {
+    pub fn new(shards: usize, clock: u64, lease: u64) -> Self {
+        Checker {
+            pending: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            msgs: BTreeMap::new(),
+            by_id: HashMap::new(),
+            time_lb: vec![0; shards],
+            faults: vec![ShardFaults::default(); shards],
+            max_clock: clock,
+            lease,
+            clock,
+            clock_epoch: 0,
+            synth: 1 << 60,
+            violations: Vec::new(),
+            acked: 0,
+            indeterminate: 0,
+            errors: 0,
+        }
+    }
+
+    fn violation(&mut self, s: String) {
+        self.violations.push(s);
+    }
+
+    fn time_ub(&self) -> u64 {
+        self.max_clock + self.lease + 1
+    }
+
+    pub fn clock_set(&mut self, now: u64) {
+        if now < self.clock {
+            self.clock_epoch += 1;
+        }
+        self.clock = now;
+        self.max_clock = self.max_clock.max(now);
+    }
+
+    fn synth_id(&mut self) -> u64 {
+        self.synth += 1;
+        self.synth
+    }
+
+    /// Messages a client could address: (putno, queue, id, receipts newest first).
+    pub fn addressable(&self, q: &QKey) -> Vec<(u64, Uuid, Vec<String>)> {
+        let Some(qf) = self.queues.get(q) else {
+            return Vec::new();
+        };
+        qf.msgs
+            .iter()
+            .filter_map(|p| {
+                let m = &self.msgs[p];
+                let id = m.id?;
+                let mut rs: Vec<(&Ver, &String)> = m.receipts.iter().map(|(r, v)| (v, r)).collect();
+                rs.sort();
+                rs.reverse();
+                (!rs.is_empty()).then(|| (*p, id, rs.into_iter().map(|(_, r)| r.clone()).collect()))
+            })
+            .collect()
+    }
+
+    /// The largest receipt nonce seen on queues of `shard` (for guessing).
+    pub fn max_nonce(&self, shard: usize) -> Option<u64> {
+        self.msgs
+            .values()
+            .filter(|m| self.queues.get(&m.q).is_some_and(|q| q.shard == shard))
+            .flat_map(|m| m.receipts.keys())
+            .filter_map(|r| engine::model::PopReceipt::decode(r).ok().map(|p| p.nonce))
+            .max()
+    }
+
+    fn queue(&mut self, q: &QKey, shard: usize) -> &mut QFacts {
+        self.queues.entry(q.clone()).or_insert_with(|| QFacts {
+            shard,
+            meta: Reg::new(None),
+            acl: Reg::new(None),
+            clears: BTreeMap::new(),
+            gets: BTreeMap::new(),
+            msgs: BTreeSet::new(),
+        })
+    }
+
+    pub fn issue(&mut self, id: u64, op: Op, shard: usize, step: u64) {
+        let mut newest_at_issue = None;
+        let mut dead_at_issue = false;
+        if let Some(q) = op.queue() {
+            self.queue(q, shard);
+        }
+        match &op {
+            Op::CreateQueue { q, meta } => {
+                let qf = self.queues.get_mut(q).expect("made above");
+                qf.meta.begin(id, Some(meta.clone()), step);
+                qf.acl.begin(id, Some(Vec::new()), step);
+            }
+            Op::DeleteQueue { q } => {
+                let qf = self.queues.get_mut(q).expect("made above");
+                qf.meta.begin(id, None, step);
+                qf.acl.begin(id, None, step);
+                qf.clears.insert(
+                    id,
+                    W {
+                        v: false,
+                        issue: step,
+                        end: None,
+                        acked: false,
+                    },
+                );
+            }
+            Op::Clear { q } => {
+                let qf = self.queues.get_mut(q).expect("made above");
+                qf.clears.insert(
+                    id,
+                    W {
+                        v: false,
+                        issue: step,
+                        end: None,
+                        acked: false,
+                    },
+                );
+            }
+            Op::SetMeta { q, meta } => {
+                self.queues
+                    .get_mut(q)
+                    .expect("made above")
+                    .meta
+                    .begin(id, Some(meta.clone()), step)
+            }
+            Op::SetAcl { q, acl } => self
+                .queues
+                .get_mut(q)
+                .expect("made above")
+                .acl
+                .begin(id, Some(acl.clone()), step),
+            Op::Put {
+                q, putno, text, ttl, ..
+            } => {
+                self.queues.get_mut(q).expect("made above").msgs.insert(*putno);
+                let mut presence = Reg::new(false);
+                presence.begin(id, true, step);
+                let mut t = Reg::empty();
+                t.begin(id, text.clone(), step);
+                self.msgs.insert(
+                    *putno,
+                    MFacts {
+                        q: q.clone(),
+                        id: None,
+                        expires: None,
+                        ttl: *ttl,
+                        presence,
+                        text: t,
+                        dq_obs: Vec::new(),
+                        get_dqs: BTreeSet::new(),
+                        receipts: BTreeMap::new(),
+                        newest: None,
+                        dead: BTreeMap::new(),
+                        changers: BTreeMap::new(),
+                        refused: false,
+                    },
+                );
+            }
+            Op::Get { q, .. } => {
+                self.queues
+                    .get_mut(q)
+                    .expect("made above")
+                    .gets
+                    .insert(id, (step, None));
+            }
+            Op::Update {
+                putno, receipt, text, ..
+            } => {
+                let m = self.msgs.get_mut(putno).expect("known message");
+                m.changers.insert(id, (step, None));
+                if let Some(t) = text {
+                    m.text.begin(id, t.clone(), step);
+                }
+                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                dead_at_issue = m.dead.contains_key(receipt);
+            }
+            Op::Delete { putno, receipt, .. } | Op::Guess { putno, receipt, .. } => {
+                let m = self.msgs.get_mut(putno).expect("known message");
+                m.changers.insert(id, (step, None));
+                m.presence.begin(id, false, step);
+                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                dead_at_issue = m.dead.contains_key(receipt);
+            }
+            Op::GetProps { .. } | Op::GetAcl { .. } | Op::List { .. } | Op::Peek { .. } => {}
+        }
+        let lb = self.time_lb[shard].max(self.clock);
+        self.pending.insert(
+            id,
+            Pending {
+                op,
+                shard,
+                issue: step,
+                lb,
+                floor: self.time_lb[shard],
+                clock_epoch: self.clock_epoch,
+                newest_at_issue,
+                dead_at_issue,
+            },
+        );
+    }
+
+    /// The request was cancelled by a crash: it may or may not have happened.
+    pub fn indeterminate(&mut self, id: u64, step: u64) {
+        let Some(p) = self.pending.remove(&id) else { return };
+        self.indeterminate += 1;
+        self.forget(id, &p, step);
+    }
+
+    fn forget(&mut self, id: u64, p: &Pending, step: u64) {
+        let q = p.op.queue().cloned();
+        if let Some(qf) = q.as_ref().and_then(|q| self.queues.get_mut(q)) {
+            qf.meta.indeterminate(id, step);
+            qf.acl.indeterminate(id, step);
+            if let Some(w) = qf.clears.get_mut(&id) {
+                w.end = Some(step);
+            }
+            if let Some(g) = qf.gets.get_mut(&id) {
+                g.1 = Some(step);
+            }
+        }
+        match &p.op {
+            Op::Put { putno, .. } | Op::Update { putno, .. } | Op::Delete { putno, .. } | Op::Guess { putno, .. } => {
+                let m = self.msgs.get_mut(putno).expect("known message");
+                m.presence.indeterminate(id, step);
+                m.text.indeterminate(id, step);
+                if let Some(c) = m.changers.get_mut(&id) {
+                    c.1 = Some(step);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The request definitely changed nothing (refused before any change).
+    fn cancel(&mut self, id: u64, p: &Pending) {
+        if let Some(qf) = p.op.queue().and_then(|q| self.queues.get_mut(q)) {
+            qf.meta.fail(id);
+            qf.acl.fail(id);
+            qf.clears.remove(&id);
+            qf.gets.remove(&id);
+        }
+        match &p.op {
+            Op::Put { putno, .. } | Op::Update { putno, .. } | Op::Delete { putno, .. } | Op::Guess { putno, .. } => {
+                let m = self.msgs.get_mut(putno).expect("known message");
+                m.presence.fail(id);
+                m.text.fail(id);
+                m.changers.remove(&id);
+                if matches!(p.op, Op::Put { .. }) {
+                    m.refused = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn bump_time(&mut self, p: &Pending) {
+        if p.clock_epoch == self.clock_epoch {
+            let t = &mut self.time_lb[p.shard];
+            *t = (*t).max(p.lb);
+        }
+    }
+
+    fn lb(&self, p: &Pending) -> u64 {
+        if p.clock_epoch == self.clock_epoch {
+            p.lb
+        } else {
+            p.floor
+        }
+    }
+
+    /// The queue was observed to exist (with metadata satisfying `pred`) or
+    /// not, over [s, c].
+    fn observe_queue(&mut self, q: &QKey, s: u64, c: u64, what: &str, pred: impl Fn(&Option<Meta>) -> bool) {
+        let Some(qf) = self.queues.get(q) else { return };
+        let allowed = qf.meta.allowed(s, c);
+        if !allowed.iter().any(&pred) {
+            self.violation(format!(
+                "{what}: queue {}/{} observed in a state no acknowledged history allows; allowed {allowed:?}",
+                q.0, q.1
+            ));
+        }
+    }
+
+    fn observe_meta_exact(&mut self, q: &QKey, v: Option<Meta>, s: u64, c: u64, what: &str) {
+        let vv = v.clone();
+        self.observe_queue(q, s, c, what, |x| *x == vv);
+        let id = self.synth_id();
+        if let Some(qf) = self.queues.get_mut(q) {
+            qf.meta.observed(id, v, s, c);
+        }
+    }
+
+    fn observe_acl_exact(&mut self, q: &QKey, v: Option<Acl>, s: u64, c: u64, what: &str) {
+        let Some(qf) = self.queues.get(q) else { return };
+        let allowed = qf.acl.allowed(s, c);
+        if !allowed.contains(&v) {
+            self.violation(format!(
+                "{what}: ACL of {}/{} is {v:?}; acknowledged history allows only {allowed:?}",
+                q.0, q.1
+            ));
+        }
+        let id = self.synth_id();
+        self.queues.get_mut(q).expect("known").acl.observed(id, v, s, c);
+    }
+
+    fn queue_missing(&mut self, q: &QKey, s: u64, c: u64, what: &str) {
+        self.observe_meta_exact(q, None, s, c, what);
+        self.observe_acl_exact(q, None, s, c, what);
+    }
+
+    fn presence_writes<'a>(&'a self, m: &'a MFacts) -> Vec<&'a W<bool>> {
+        let mut all: Vec<&W<bool>> = m.presence.ws.values().collect();
+        if let Some(qf) = self.queues.get(&m.q) {
+            all.extend(qf.clears.values());
+        }
+        all
+    }
+
+    /// Nothing but `me` could have changed the message's receipt since step `e`.
+    fn quiet(&self, m: &MFacts, e: u64, me: u64) -> bool {
+        // `>=`: a request cancelled by a crash in the very step that
+        // answered `e` may have been applied after it.
+        let after = |end: &Option<u64>| end.is_none_or(|d| d >= e);
+        let qf = &self.queues[&m.q];
+        !m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
+            && !qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
+            && !qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
+    }
+
+    /// Identifies a message a read returned, by id and text.
+    fn identify(&mut self, id: Uuid, text: &str, what: &str) -> Option<u64> {
+        let Some(putno) = parse_putno(text) else {
+            let shown: String = text.chars().take(40).collect();
+            self.violation(format!(
+                "{what}: served text {shown:?} that no client ever wrote (corrupt data served)"
+            ));
+            return None;
+        };
+        let Some(m) = self.msgs.get_mut(&putno) else {
+            self.violation(format!("{what}: served message m{putno} that was never put"));
+            return None;
+        };
+        match m.id {
+            Some(known) if known != id => {
+                self.violation(format!("{what}: m{putno} served under another message id"));
+                return None;
+            }
+            Some(_) => {}
+            None => {
+                m.id = Some(id);
+                self.by_id.insert(id, putno);
+            }
+        }
+        Some(putno)
+    }
+
+    /// A read over [s, c] (at a time >= lb) showed message `putno` with
+    /// `text` and `dq`.
+    fn shown(
+        &mut self,
+        putno: u64,
+        (text, dq, expires): (&str, u64, u64),
+        strict_dq: bool,
+        (s, c, lb): (u64, u64, u64),
+        what: &str,
+    ) {
+        let m = self.msgs.get_mut(&putno).expect("known");
+        let mut bad = Vec::new();
+        if m.expires.is_some_and(|x| x != expires) {
+            bad.push(format!("m{putno} expiry changed"));
+        }
+        m.expires = Some(expires);
+        let m = &self.msgs[&putno];
+        if m.refused {
+            bad.push(format!("m{putno} was refused (503) but appeared"));
+        }
+        if !allowed(&self.presence_writes(m), s, c).contains(&&true) {
+            bad.push(format!(
+                "m{putno} is shown although an acknowledged delete or clear removed it"
+            ));
+        }
+        if m.expires.is_some_and(|x| x <= lb) {
+            bad.push(format!(
+                "m{putno} expired at {} but is shown at a time >= {lb}",
+                m.expires.unwrap_or(0)
+            ));
+        }
+        let texts = m.text.allowed(s, c);
+        if !texts.iter().any(|t| t == text) {
+            let shown: String = text.chars().take(40).collect();
+            bad.push(format!(
+                "m{putno} has text {shown:?}, which no acknowledged history allows"
+            ));
+        }
+        let floor = m.dq_floor(s);
+        if dq < floor || (strict_dq && dq <= floor) {
+            bad.push(format!("m{putno} dequeue count went back: {dq} after {floor} was seen"));
+        }
+        for b in bad {
+            self.violation(format!("{what}: {b}"));
+        }
+        let (i1, i2) = (self.synth_id(), self.synth_id());
+        let m = self.msgs.get_mut(&putno).expect("known");
+        m.presence.observed(i1, true, s, c);
+        m.text.observed(i2, text.to_string(), s, c);
+        m.dq_obs.push((c, dq));
+    }
+
+    /// A message shown by Get or Peek while it must be invisible.
+    /// (The newest receipt must have been answered before the read began,
+    /// and nothing may have touched the message since.)
+    fn check_visible(&mut self, putno: u64, me: u64, s: u64, what: &str) {
+        let m = &self.msgs[&putno];
+        if let Some((_, e, vis, _)) = &m.newest {
+            if *e < s && *vis > self.time_ub() && self.quiet(m, *e, me) {
+                let v = format!("{what}: m{putno} handed out while invisible until {vis}");
+                self.violation(v);
+            }
+        }
+    }
+
+    fn set_newest(&mut self, putno: u64, ver: Ver, receipt: &str, vis: u64, step: u64) {
+        let m = self.msgs.get_mut(&putno).expect("known");
+        m.receipts.insert(receipt.to_string(), ver);
+        if m.newest.as_ref().is_none_or(|n| ver > n.0) {
+            m.newest = Some((ver, step, vis, receipt.to_string()));
+        }
+    }
+
+    /// Forgets writes that no pending or future read may see any more.
+    fn prune(&mut self, step: u64) {
+        let horizon = self.pending.values().map(|p| p.issue).min().unwrap_or(step);
+        for qf in self.queues.values_mut() {
+            qf.meta.prune(horizon);
+            qf.acl.prune(horizon);
+        }
+        for m in self.msgs.values_mut() {
+            m.text.prune(horizon);
+        }
+    }
+
+    pub fn complete(&mut self, id: u64, out: Outcome, step: u64) {
+        if step.is_multiple_of(64) {
+            self.prune(step);
+        }
+        let Some(p) = self.pending.remove(&id) else { return };
+        let what = format!("step {step}: {} -> {}", p.op.brief(), out.brief());
+        let (s, c) = (p.issue, step);
+        if let Some(e) = out.error() {
+            self.errors += 1;
+            match e.status() {
+                500 => {
+                    if !self.faults[p.shard].errors_expected() {
+                        self.violation(format!("{what}: 500 without any fault that allows one: {e}"));
+                    }
+                    self.forget(id, &p, step);
+                    return;
+                }
+                503 => {
+                    if !self.faults[p.shard].no_space {
+                        self.violation(format!("{what}: 503 without a full disk: {e}"));
+                    }
+                    self.cancel(id, &p);
+                    return;
+                }
+                _ => {}
+            }
+        } else {
+            self.acked += 1;
+        }
+        let not_found = |o: &Outcome| o.error() == Some(&QueueError::QueueNotFound);
+        if not_found(&out) {
+            self.cancel(id, &p);
+            let q = p.op.queue().expect("queue op").clone();
+            self.queue_missing(&q, s, c, &what);
+            return;
+        }
+        match (&p.op, out) {
+            (Op::CreateQueue { q, meta }, Outcome::Created(r)) => match r {
+                Ok(Created::New) => {
+                    let qf = self.queues.get_mut(q).expect("known");
+                    qf.meta.ack(id, c);
+                    qf.acl.ack(id, c);
+                    self.bump_time(&p);
+                }
+                Ok(Created::AlreadyExisted) | Err(QueueError::QueueAlreadyExists) => {
+                    let same = r.is_ok();
+                    self.cancel(id, &p);
+                    let want = Metadata(meta.clone());
+                    self.observe_queue(q, s, c, &what, |v| {
+                        v.as_ref()
+                            .is_some_and(|m| Metadata(m.clone()).equivalent(&want) == same)
+                    });
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::DeleteQueue { q }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    let qf = self.queues.get_mut(q).expect("known");
+                    qf.meta.ack(id, c);
+                    qf.acl.ack(id, c);
+                    if let Some(w) = qf.clears.get_mut(&id) {
+                        w.end = Some(c);
+                        w.acked = true;
+                    }
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::SetMeta { q, .. }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    self.queues.get_mut(q).expect("known").meta.ack(id, c);
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::SetAcl { q, .. }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    self.queues.get_mut(q).expect("known").acl.ack(id, c);
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::GetProps { q }, Outcome::Props(r)) => match r {
+                Ok(props) => self.observe_meta_exact(q, Some(props.metadata.0), s, c, &what),
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::GetAcl { q }, Outcome::Acl(r)) => match r {
+                Ok(acl) => self.observe_acl_exact(q, Some(acl), s, c, &what),
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (
+                Op::List {
+                    shard,
+                    account,
+                    prefix,
+                    from,
+                    ..
+                },
+                Outcome::List(r),
+            ) => match r {
+                Ok((items, more)) => {
+                    let start = match from {
+                        Some(f) if f.as_str() > prefix.as_str() => f.clone(),
+                        _ => prefix.clone(),
+                    };
+                    let last = items.last().map(|l| l.name.clone());
+                    for it in &items {
+                        let key = (account.clone(), it.name.clone());
+                        if self.queues.get(&key).is_none_or(|qf| qf.shard != *shard) {
+                            self.violation(format!("{what}: listed {} which was never created here", it.name));
+                            continue;
+                        }
+                        self.observe_meta_exact(&key, Some(it.metadata.0.clone()), s, c, &what);
+                    }
+                    let unlisted: Vec<QKey> = self
+                        .queues
+                        .iter()
+                        .filter(|(k, qf)| {
+                            qf.shard == *shard
+                                && k.0 == *account
+                                && k.1.starts_with(prefix.as_str())
+                                && k.1 >= start
+                                && !(more && last.as_ref().is_some_and(|l| k.1 > *l))
+                                && !items.iter().any(|i| i.name == k.1)
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in unlisted {
+                        self.observe_meta_exact(&k, None, s, c, &what);
+                    }
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::Put { q, putno, vt, ttl, .. }, Outcome::Put(r)) => match r {
+                Ok(rc) => {
+                    let lb = self.lb(&p);
+                    let ub = self.time_ub();
+                    if rc.inserted_ms < lb || rc.inserted_ms > ub {
+                        self.violation(format!("{what}: inserted at {} outside [{lb}, {ub}]", rc.inserted_ms));
+                    }
+                    let exp = if *ttl == -1 {
+                        engine::limits::EXPIRY_NEVER_MS
+                    } else {
+                        rc.inserted_ms + *ttl as u64 * 1000
+                    };
+                    if rc.expires_ms != exp || rc.visible_ms != rc.inserted_ms + *vt as u64 * 1000 {
+                        self.violation(format!("{what}: wrong expiry or visibility in {rc:?}"));
+                    }
+                    if let Some(other) = self.by_id.insert(rc.id, *putno).filter(|o| o != putno) {
+                        self.violation(format!("{what}: message id of m{other} given again"));
+                    }
+                    let m = self.msgs.get_mut(putno).expect("known");
+                    m.id = Some(rc.id);
+                    m.expires = Some(rc.expires_ms);
+                    m.presence.ack(id, c);
+                    m.text.ack(id, c);
+                    m.dq_obs.push((c, 0));
+                    self.set_newest(*putno, (0, 0), &rc.pop_receipt, rc.visible_ms, c);
+                    self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    self.bump_time(&p);
+                }
+                Err(e) => {
+                    self.violation(format!("{what}: unexpected {e}"));
+                    self.cancel(id, &p);
+                }
+            },
+            (Op::Get { q, vt, .. }, Outcome::Got(r)) => match r {
+                Ok(list) => {
+                    self.queues.get_mut(q).expect("known").gets.remove(&id);
+                    self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    let lb = self.lb(&p);
+                    let ub = self.time_ub();
+                    for g in list {
+                        let Some(putno) = self.identify(g.id, &g.text, &what) else {
+                            continue;
+                        };
+                        if self.msgs[&putno].q != *q {
+                            self.violation(format!("{what}: m{putno} came from another queue"));
+                            continue;
+                        }
+                        self.check_visible(putno, id, s, &what);
+                        self.shown(putno, (&g.text, g.dequeue_count, g.expires_ms), true, (s, c, lb), &what);
+                        let v = *vt as u64 * 1000;
+                        if g.visible_ms < lb + v || g.visible_ms > ub + v {
+                            self.violation(format!(
+                                "{what}: m{putno} visible at {} outside [{}, {}]",
+                                g.visible_ms,
+                                lb + v,
+                                ub + v
+                            ));
+                        }
+                        let m = self.msgs.get_mut(&putno).expect("known");
+                        if !m.get_dqs.insert(g.dequeue_count) {
+                            self.violation(format!(
+                                "{what}: m{putno} handed out twice with dequeue count {} (a dequeue was lost)",
+                                g.dequeue_count
+                            ));
+                        }
+                        let m = self.msgs.get_mut(&putno).expect("known");
+                        m.changers.insert(id, (s, Some(c)));
+                        self.set_newest(putno, (g.dequeue_count, 0), &g.pop_receipt, g.visible_ms, c);
+                    }
+                    self.bump_time(&p);
+                }
+                Err(e) => {
+                    self.violation(format!("{what}: unexpected {e}"));
+                    self.cancel(id, &p);
+                }
+            },
+            (Op::Peek { q, .. }, Outcome::Peeked(r)) => match r {
+                Ok(list) => {
+                    self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    let lb = p.floor;
+                    for g in list {
+                        let Some(putno) = self.identify(g.id, &g.text, &what) else {
+                            continue;
+                        };
+                        if self.msgs[&putno].q != *q {
+                            self.violation(format!("{what}: m{putno} came from another queue"));
+                            continue;
+                        }
+                        self.check_visible(putno, id, s, &what);
+                        self.shown(
+                            putno,
+                            (&g.text, g.dequeue_count, g.expires_ms),
+                            false,
+                            (s, c, lb),
+                            &what,
+                        );
+                    }
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::Update { q, putno, receipt, .. }, Outcome::Updated(r)) => {
+                let ver = self.msgs[putno].receipts.get(receipt).copied();
+                match r {
+                    Ok(u) => {
+                        self.receipt_worked(&p, *putno, receipt, &what);
+                        let m = self.msgs.get_mut(putno).expect("known");
+                        if let Some(ch) = m.changers.get_mut(&id) {
+                            ch.1 = Some(c);
+                        }
+                        m.text.ack(id, c);
+                        let i = self.synth_id();
+                        self.msgs
+                            .get_mut(putno)
+                            .expect("known")
+                            .presence
+                            .observed(i, true, s, c);
+                        self.observe_queue(q, s, c, &what, |v| v.is_some());
+                        if let Some((d, k)) = ver {
+                            self.set_newest(*putno, (d, k + 1), &u.pop_receipt, u.visible_ms, c);
+                        }
+                        self.bump_time(&p);
+                    }
+                    Err(QueueError::MessageNotFound) => self.receipt_refused(id, &p, *putno, receipt, c, &what),
+                    Err(e) if e.code() == "InvalidQueryParameterValue" => self.cancel(id, &p),
+                    Err(e) => self.violation(format!("{what}: unexpected {e}")),
+                }
+            }
+            (Op::Delete { q, putno, receipt, .. } | Op::Guess { q, putno, receipt, .. }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    self.receipt_worked(&p, *putno, receipt, &what);
+                    if matches!(p.op, Op::Guess { .. }) && !self.msgs[putno].receipts.contains_key(receipt) {
+                        self.violation(format!(
+                            "{what}: a guessed pop receipt that was never handed out deleted m{putno}"
+                        ));
+                    }
+                    let m = self.msgs.get_mut(putno).expect("known");
+                    m.presence.ack(id, c);
+                    if let Some(ch) = m.changers.get_mut(&id) {
+                        ch.1 = Some(c);
+                    }
+                    self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    self.bump_time(&p);
+                }
+                Err(QueueError::MessageNotFound) => self.receipt_refused(id, &p, *putno, receipt, c, &what),
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::Clear { q }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    let qf = self.queues.get_mut(q).expect("known");
+                    if let Some(w) = qf.clears.get_mut(&id) {
+                        w.end = Some(c);
+                        w.acked = true;
+                    }
+                    self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (op, out) => panic!("outcome {out:?} does not belong to {op:?}"),
+        }
+    }
+
+    /// A Delete or Update with `receipt` succeeded.
+    fn receipt_worked(&mut self, p: &Pending, putno: u64, receipt: &str, what: &str) {
+        let m = &self.msgs[&putno];
+        let ver = m.receipts.get(receipt).copied();
+        if let (Some(v), Some(newest)) = (ver, p.newest_at_issue) {
+            if v < newest {
+                self.violation(format!(
+                    "{what}: a stale pop receipt {v:?} worked although {newest:?} had been acknowledged"
+                ));
+            }
+        }
+        if p.dead_at_issue {
+            self.violation(format!(
+                "{what}: a pop receipt answered 404 before worked later (the 404 was not durable)"
+            ));
+        }
+    }
+
+    /// A Delete or Update with `receipt` was answered 404 MessageNotFound.
+    fn receipt_refused(&mut self, id: u64, p: &Pending, putno: u64, receipt: &str, c: u64, what: &str) {
+        let m = &self.msgs[&putno];
+        let newest_and_quiet = !matches!(p.op, Op::Guess { .. })
+            && m.newest
+                .as_ref()
+                .is_some_and(|(_, e, _, r)| r == receipt && self.quiet(m, *e, id))
+            && !allowed(&self.presence_writes(m), p.issue, c).contains(&&false)
+            && m.expires.is_some_and(|x| x > self.time_ub());
+        if newest_and_quiet {
+            self.violation(format!(
+                "{what}: the newest pop receipt of m{putno} was refused though nothing else touched the message \
+                 (an acknowledged put, dequeue or update was lost)"
+            ));
+        }
+        self.cancel(id, p);
+        self.msgs
+            .get_mut(&putno)
+            .expect("known")
+            .dead
+            .insert(receipt.to_string(), c);
+    }
+
+    /// A shard restarted and `dump` is everything it recovered (read at
+    /// step `c`; nothing is in flight on it).
+    pub fn recovered(&mut self, shard: usize, dump: &BTreeMap<QKey, QueueDump>, c: u64) {
+        let what = format!("step {c}: after restart of shard {shard}");
+        for k in dump.keys() {
+            if self.queues.get(k).is_none_or(|qf| qf.shard != shard) {
+                self.violation(format!(
+                    "{what}: recovered queue {}/{} that was never created here",
+                    k.0, k.1
+                ));
+            }
+        }
+        let mine: Vec<QKey> = self
+            .queues
+            .iter()
+            .filter(|(_, qf)| qf.shard == shard)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let lb = self.time_lb[shard];
+        let ub = self.time_ub();
+        for k in mine {
+            let d = dump.get(&k);
+            self.observe_meta_exact(&k, d.map(|d| d.metadata.0.clone()), c, c, &what);
+            self.observe_acl_exact(&k, d.map(|d| d.acl.clone()), c, c, &what);
+            let mut seen = BTreeSet::new();
+            for (msg, text) in d.map(|d| d.messages.as_slice()).unwrap_or_default() {
+                let Some(putno) = self.identify(msg.id, text, &what) else {
+                    continue;
+                };
+                if self.msgs[&putno].q != k {
+                    self.violation(format!("{what}: m{putno} recovered in another queue"));
+                    continue;
+                }
+                seen.insert(putno);
+                self.shown(
+                    putno,
+                    (text, msg.dequeue_count, msg.expires_ms),
+                    false,
+                    (c, c, lb),
+                    &what,
+                );
+                let receipt = engine::model::PopReceipt {
+                    nonce: msg.receipt,
+                    seq: msg.seq,
+                }
+                .encode();
+                let m = &self.msgs[&putno];
+                let mut bad = Vec::new();
+                if let (Some(v), Some(n)) = (m.receipts.get(&receipt), &m.newest) {
+                    if *v < n.0 {
+                        bad.push(format!(
+                            "{what}: m{putno}'s current pop receipt is {v:?} although {:?} was acknowledged \
+                             (a dequeue or update was lost)",
+                            n.0
+                        ));
+                    }
+                }
+                if m.dead.contains_key(&receipt) {
+                    bad.push(format!(
+                        "{what}: m{putno} is current under a receipt that was answered 404 before"
+                    ));
+                }
+                for b in bad {
+                    self.violation(b);
+                }
+            }
+            let msgs: Vec<u64> = self.queues[&k].msgs.iter().copied().collect();
+            for putno in msgs {
+                if seen.contains(&putno) {
+                    continue;
+                }
+                let m = &self.msgs[&putno];
+                // (An expiry never answered is unknown: only a TTL of -1
+                // rules expiry out.)
+                let may_have_expired = match m.expires {
+                    Some(x) => x <= ub,
+                    None => m.ttl != -1,
+                };
+                let may_be_gone = allowed(&self.presence_writes(m), c, c).contains(&&false) || may_have_expired;
+                if !may_be_gone {
+                    self.violation(format!(
+                        "{what}: m{putno} is gone, but it was acknowledged or seen and nothing removed it"
+                    ));
+                }
+                // The dump (a test inspection) purges at the wall clock
+                // without recording that time, unlike a client's read: an
+                // absence that expiry may explain is no durable fact (the
+                // clock may step back before the next restart).
+                if !may_have_expired {
+                    let i = self.synth_id();
+                    self.msgs
+                        .get_mut(&putno)
+                        .expect("known")
+                        .presence
+                        .observed(i, false, c, c);
+                }
+            }
+        }
+    }
+}
