@@ -542,8 +542,8 @@ impl World {
                 self.spawn_for(client);
             }
             self.event(format!("{} #{id} -> {}", self.step, out.brief()));
-            let poisoned =
-                matches!(&out, Outcome::Unit(Err(e)) if e.status() == 500) || format!("{out:?}").contains("Poisoned");
+            let poisoned = matches!(&out, Outcome::Unit(Err(engine::QueueError::Internal { .. })))
+                || format!("{out:?}").contains("Poisoned");
             self.check.complete(id, out, self.step);
             let p = if read {
                 self.cfg.crash_after_answer.max(self.cfg.crash_after_read)

@@ -188,7 +188,7 @@ impl Outcome {
 
     pub fn brief(&self) -> String {
         match self.error() {
-            Some(e) => format!("{} {}", e.status(), e.code()),
+            Some(e) => e.code().to_string(),
             None => match self {
                 Outcome::Got(Ok(v)) => format!(
                     "ok {} msgs {:?}",
@@ -864,17 +864,19 @@ impl Checker {
         let (s, c) = (p.issue, step);
         if let Some(e) = out.error() {
             self.errors += 1;
-            match e.status() {
-                500 => {
+            match e {
+                QueueError::Internal { .. } => {
                     if !self.faults[p.shard].errors_expected() {
-                        self.violation(format!("{what}: 500 without any fault that allows one: {e}"));
+                        self.violation(format!(
+                            "{what}: an internal error without any fault that allows one: {e}"
+                        ));
                     }
                     self.forget(id, &p, step);
                     return;
                 }
-                503 => {
+                QueueError::ServerBusy { .. } => {
                     if !self.faults[p.shard].no_space {
-                        self.violation(format!("{what}: 503 without a full disk: {e}"));
+                        self.violation(format!("{what}: ServerBusy without a full disk: {e}"));
                     }
                     self.cancel(id, &p);
                     return;
