@@ -744,6 +744,7 @@ impl World {
             self.clients[client] = None;
             self.check.indeterminate(op, self.step);
         }
+        self.check.shard_restarted(shard, self.step);
         let slot = &mut self.slots[shard];
         slot.maintaining.set(false);
         slot.restart_due = None;
