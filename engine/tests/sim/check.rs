@@ -391,6 +391,10 @@ impl ShardFaults {
 
 pub struct Checker {
     pending: BTreeMap<u64, Pending>,
+    /// Requests answered 500 (the shard poisoned itself): what they wrote
+    /// may still reach the disk, so their fate is open until the shard
+    /// restarts.
+    limbo: BTreeMap<u64, Pending>,
     queues: BTreeMap<QKey, QFacts>,
     msgs: BTreeMap<u64, MFacts>,
     by_id: HashMap<Uuid, u64>,
@@ -417,6 +421,7 @@ impl Checker {
     pub fn new(shards: usize, clock: u64, lease: u64) -> Self {
         Checker {
             pending: BTreeMap::new(),
+            limbo: BTreeMap::new(),
             queues: BTreeMap::new(),
             msgs: BTreeMap::new(),
             by_id: HashMap::new(),
@@ -613,6 +618,20 @@ impl Checker {
                 dead_at_issue,
             },
         );
+    }
+
+    /// A shard restarted: the requests answered 500 on it are decided now.
+    pub fn shard_restarted(&mut self, shard: usize, step: u64) {
+        let ids: Vec<u64> = self
+            .limbo
+            .iter()
+            .filter(|(_, p)| p.shard == shard)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let p = self.limbo.remove(&id).expect("listed");
+            self.forget(id, &p, step);
+        }
     }
 
     /// The request was cancelled by a crash: it may or may not have happened.
@@ -845,7 +864,13 @@ impl Checker {
 
     /// Forgets writes that no pending or future read may see any more.
     fn prune(&mut self, step: u64) {
-        let horizon = self.pending.values().map(|p| p.issue).min().unwrap_or(step);
+        let horizon = self
+            .pending
+            .values()
+            .chain(self.limbo.values())
+            .map(|p| p.issue)
+            .min()
+            .unwrap_or(step);
         for qf in self.queues.values_mut() {
             qf.meta.prune(horizon);
             qf.acl.prune(horizon);
@@ -871,7 +896,7 @@ impl Checker {
                             "{what}: an internal error without any fault that allows one: {e}"
                         ));
                     }
-                    self.forget(id, &p, step);
+                    self.limbo.insert(id, p);
                     return;
                 }
                 QueueError::ServerBusy { .. } => {
