@@ -462,11 +462,7 @@ fn a_query_with_thousands_of_parameters_is_refused_at_once() {
     let start = Instant::now();
     let resp = server.raw(req.as_bytes());
     assert_eq!(status_of(&resp), 400, "{}", &resp[..resp.len().min(300)]);
-    assert!(
-        start.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     server.healthy();
 }
 
