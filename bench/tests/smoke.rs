@@ -1,7 +1,7 @@
 //! A few seconds of hematite-bench against the real server, so the load
 //! generator cannot rot: every workload runs, answers parse, nothing errors.
 
-use e2e::proc;
+use hematite_tests::proc;
 use std::path::PathBuf;
 use std::process::Command;
 

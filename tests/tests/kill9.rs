@@ -2,7 +2,7 @@
 //! WAL segments so rotation happens under the kills. Longer soaks: the
 //! `crashloop` binary (`--iterations`, `--seconds`).
 
-use e2e::crash::{default_bin, run, Config};
+use hematite_tests::crash::{default_bin, run, Config};
 
 #[test]
 fn kill9_cycles_lose_nothing_acknowledged() {
@@ -63,12 +63,12 @@ fn kill9_reports_an_exit_it_did_not_cause() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut tail = e2e::proc::StderrTail::attach(&mut exits);
+    let mut tail = hematite_tests::proc::StderrTail::attach(&mut exits);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let err = e2e::proc::kill9_checked(&mut exits).unwrap_err();
+    let err = hematite_tests::proc::kill9_checked(&mut exits).unwrap_err();
     assert!(err.contains("exited on its own (exit status 70)"), "{err}");
     assert_eq!(tail.tail(100, true), "dying\n");
     let mut runs = Command::new("sleep").arg("30").spawn().unwrap();
-    let status = e2e::proc::kill9_checked(&mut runs).expect("killed by SIGKILL");
-    assert_eq!(e2e::proc::describe(status), "killed by signal 9");
+    let status = hematite_tests::proc::kill9_checked(&mut runs).expect("killed by SIGKILL");
+    assert_eq!(hematite_tests::proc::describe(status), "killed by signal 9");
 }

@@ -6,7 +6,7 @@
 //! Usage: crashloop [--iterations N] [--seconds S] [--workers W] [--seed X]
 //!                  [--bin PATH] [--data-dir DIR] [-- extra server flags]
 
-use e2e::crash::{default_bin, run, Config};
+use hematite_tests::crash::{default_bin, run, Config};
 
 fn main() {
     let mut cfg = Config {

@@ -28,14 +28,14 @@ fn main() {
     }
     let path = PathBuf::from(&args[1]);
     let result = match args[0].as_str() {
-        "check" => waltool::check(&path).map(|(text, ok)| {
+        "check" => hematite_tools::check(&path).map(|(text, ok)| {
             print!("{text}");
             if !ok {
                 std::process::exit(1);
             }
         }),
-        "dump" => waltool::dump(&path).map(|t| print!("{t}")),
-        "stats" => waltool::stats(&path).map(|t| print!("{t}")),
+        "dump" => hematite_tools::dump(&path).map(|t| print!("{t}")),
+        "stats" => hematite_tools::stats(&path).map(|t| print!("{t}")),
         "repair" => {
             let quarantine = args.iter().any(|a| a == "--quarantine");
             let cut = args.iter().any(|a| a == "--cut-tail");
@@ -57,7 +57,7 @@ fn main() {
                     std::process::exit(1);
                 }
             }
-            waltool::repair(&path, quarantine).map(|t| print!("{t}"))
+            hematite_tools::repair(&path, quarantine).map(|t| print!("{t}"))
         }
         _ => usage(),
     };
