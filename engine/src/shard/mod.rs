@@ -13,6 +13,9 @@
 //! record that touched their queue is durable, so no answer ever shows state
 //! that a crash could take back.
 
+mod compaction;
+mod replay;
+
 use crate::body_cache::BodyCache;
 use crate::clock::Clock;
 use crate::disk::Disk;
@@ -184,101 +187,6 @@ impl State {
     fn queue_mut(&mut self, account: &str, name: &str) -> Result<&mut Queue, QueueError> {
         let qid = self.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
         Ok(self.queues.get_mut(&qid).expect("named queue exists"))
-    }
-
-    /// The queue a replayed message record belongs to, defined or not yet.
-    fn replay_queue(&mut self, qid: u64) -> &mut Queue {
-        match self.queues.get_mut(&qid) {
-            Some(q) => q,
-            None => self
-                .orphans
-                .entry(qid)
-                .or_insert_with(|| Queue::new(qid, String::new(), String::new(), Metadata::default())),
-        }
-    }
-
-    /// Applies one replayed record.
-    fn replay(&mut self, rec: Record, pos: RecordPos) {
-        // Saturating: values come from disk (they passed their checksums,
-        // but a bug must not turn into an overflow here).
-        let bump = |next: &mut u64, v: u64| *next = (*next).max(v.saturating_add(1));
-        match rec {
-            Record::QueueDefined {
-                qid,
-                account,
-                name,
-                metadata,
-                acl,
-            } => {
-                bump(&mut self.next_id, qid);
-                if !self.queues.contains_key(&qid) {
-                    let mut q = self
-                        .orphans
-                        .remove(&qid)
-                        .unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
-                    q.account = account.clone();
-                    q.name = name.clone();
-                    self.queues.insert(qid, q);
-                }
-                let q = self.queues.get_mut(&qid).expect("just inserted");
-                q.metadata = metadata;
-                q.acl = acl;
-                q.def_seg = pos.seg;
-                q.def_frame_len = pos.frame_len;
-                self.names.insert((account, name), qid);
-            }
-            Record::QueueDeleted { qid } => {
-                self.orphans.remove(&qid);
-                if let Some(q) = self.queues.remove(&qid) {
-                    self.names.remove(&(q.account, q.name));
-                }
-            }
-            Record::MessagePut(m) | Record::MessageRewritten(m) | Record::MessageReplaced(m) => {
-                // Receipts are random nonces, not ids: they do not move next_id.
-                for v in [m.qid, m.seq] {
-                    bump(&mut self.next_id, v);
-                }
-                self.replay_queue(m.qid).upsert(message_from_state(&m, pos));
-            }
-            Record::MessagesDequeued {
-                qid,
-                visible_ms,
-                entries,
-            } => {
-                let q = self.replay_queue(qid);
-                for e in entries {
-                    if q.get(e.seq).is_some() {
-                        q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
-                    }
-                }
-            }
-            Record::MessageVisibility {
-                qid,
-                seq,
-                visible_ms,
-                receipt,
-            } => {
-                let q = self.replay_queue(qid);
-                if q.get(seq).is_some() {
-                    q.set_visibility(seq, visible_ms, receipt, None);
-                }
-            }
-            Record::MessageDeleted { qid, seq } => {
-                self.replay_queue(qid).remove(seq);
-            }
-            Record::QueueCleared { qid } => {
-                self.replay_queue(qid).clear();
-            }
-            Record::Clock { floor_ms } => {
-                if floor_ms >= self.clock_floor {
-                    self.clock_floor = floor_ms;
-                    self.clock_pos = Some((pos.seg, pos.frame_len));
-                }
-            }
-            Record::Commit { .. } | Record::SegmentEnd { .. } => {
-                unreachable!("recovery passes only state records")
-            }
-        }
     }
 }
 
@@ -583,20 +491,6 @@ impl<D: Disk> Shard<D> {
     fn unpin_message(&self, m: &Message) {
         self.wal.unpin(m.body.seg, m.body.frame_len);
         self.cache.borrow_mut().remove((m.body.seg, m.body.offset));
-    }
-
-    /// Rewrites the shard's CLOCK record at the head of the log if it sits in
-    /// `seg`, so compaction never loses the floor.
-    fn rewrite_clock(&self, seg: u64) -> Result<u64, StorageError> {
-        let mut st = self.st.borrow_mut();
-        match st.clock_pos {
-            Some((s, _)) if s == seg => {
-                let floor = st.clock_floor;
-                self.write_clock(&mut st, floor)?;
-                Ok(1)
-            }
-            _ => Ok(0),
-        }
     }
 
     fn purge(&self, q: &mut Queue, now: u64) -> u64 {
@@ -1166,133 +1060,6 @@ impl<D: Disk> Shard<D> {
             Ok(((), pos.lsn))
         })
         .await
-    }
-
-    // ----- background work -----
-
-    /// Purges expired messages, prepares the next segment ahead of time, and
-    /// reclaims disk: deletes dead segments and rewrites the live records of
-    /// old, mostly dead ones. Call it periodically from a background task.
-    pub async fn maintenance(&self) -> Result<MaintenanceReport, StorageError> {
-        let mut report = MaintenanceReport::default();
-        if self.compacting.replace(true) {
-            return Ok(report);
-        }
-        let result = async {
-            // Purging at a time the log has not recorded would let a
-            // restart with an earlier clock bring the messages back.
-            let reserved = self.reserve_for_read().await;
-            let now = {
-                let mut st = self.st.borrow_mut();
-                let (now, _) = self.read_time(&mut st, reserved);
-                for q in st.queues.values_mut() {
-                    report.expired += self.purge(q, now);
-                }
-                now
-            };
-            self.wal.prepare_ahead(now).await?;
-            loop {
-                if self.wal.remove_oldest_if_dead().await? {
-                    report.segments_removed += 1;
-                    continue;
-                }
-                match self.rewrite_candidate() {
-                    Some(seg) => report.records_rewritten += self.rewrite_segment(seg).await?,
-                    None => break,
-                }
-            }
-            Ok(report)
-        }
-        .await;
-        self.compacting.set(false);
-        result
-    }
-
-    /// The oldest sealed segment, if rewriting its live records is worth it:
-    /// it is mostly dead, or the log has grown well past the live data.
-    fn rewrite_candidate(&self) -> Option<u64> {
-        let stats = self.wal.segment_stats();
-        let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
-        let total: u64 = stats.iter().map(|s| s.bytes).sum();
-        let live: u64 = stats.iter().map(|s| s.live_bytes).sum();
-        let mostly_dead = oldest.live_bytes * 100 <= oldest.bytes * COMPACTION_LIVE_PERCENT;
-        let bloated = total > COMPACTION_SPACE_FACTOR * live + self.cfg.segment_bytes;
-        // Each rewrite moves at most half a segment (or happens only when the
-        // log is bloated), so write amplification stays bounded.
-        (mostly_dead || bloated).then_some(oldest.seq)
-    }
-
-    /// Rewrites every live record of `seg` at the head of the log.
-    async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
-        self.wal.reserve(self.now()).await?;
-        let mut rewritten = self.rewrite_clock(seg)?;
-        // Queue definitions first: they are small and need no reads.
-        // Sorted, so the log's layout does not depend on hash order and a
-        // simulation seed replays exactly.
-        let mut qids: Vec<u64> = self
-            .st
-            .borrow()
-            .queues
-            .values()
-            .filter(|q| q.def_seg == seg)
-            .map(|q| q.qid)
-            .collect();
-        qids.sort_unstable();
-        for qid in qids {
-            self.wal.reserve(self.now()).await?;
-            let mut st = self.st.borrow_mut();
-            let Some(q) = st.queues.get_mut(&qid).filter(|q| q.def_seg == seg) else {
-                continue;
-            };
-            write_definition(&self.wal, q, true)?;
-            rewritten += 1;
-        }
-        let mut msgs: Vec<(u64, u64, BodyLoc)> = {
-            let st = self.st.borrow();
-            st.queues
-                .values()
-                .flat_map(|q| {
-                    q.messages()
-                        .filter(|m| m.body.seg == seg)
-                        .map(move |m| (q.qid, m.seq, m.body))
-                })
-                .collect()
-        };
-        msgs.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
-        for (qid, seq, loc) in msgs {
-            let Some(src) = self.source_of(loc) else { continue };
-            // Never rewrite what could not be verified: a corrupt body would
-            // be laundered under a fresh checksum and the evidence deleted.
-            // The error stops compaction; the segment stays for the operator.
-            let (body, cached) = match src {
-                BodySource::Cached(b) => (b.to_vec(), Some(b)),
-                BodySource::Disk(r, loc) => (self.read_text(&r, loc).await?, None),
-            };
-            self.wal.reserve(self.now()).await?;
-            let mut st = self.st.borrow_mut();
-            // Skip it if it was deleted or changed while we read.
-            let Some(q) = st.queues.get_mut(&qid) else { continue };
-            let Some(m) = q.get(seq).filter(|m| m.body == loc).cloned() else {
-                continue;
-            };
-            let state = state_of(qid, &m, body);
-            let pos = self.wal.append(&Record::MessageRewritten(state.clone()))?;
-            let fresh = message_from_state(&state, pos);
-            self.wal.unpin(m.body.seg, m.body.frame_len);
-            self.wal.pin(fresh.body.seg, fresh.body.frame_len);
-            q.set_body(seq, fresh.body);
-            q.last_lsn = pos.lsn;
-            // The cache follows the body to its new place; the old key would
-            // only hold memory until evicted.
-            let mut cache = self.cache.borrow_mut();
-            cache.remove((m.body.seg, m.body.offset));
-            if let Some(b) = cached {
-                cache.insert((fresh.body.seg, fresh.body.offset), b);
-            }
-            rewritten += 1;
-        }
-        self.wal.wait_durable(self.wal.last_lsn()).await?;
-        Ok(rewritten)
     }
 
     // ----- inspection -----
