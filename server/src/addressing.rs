@@ -213,10 +213,11 @@ fn names_account(first: Option<&str>, label: &str) -> bool {
     clippy::indexing_slicing,
     clippy::arithmetic_side_effects
 )]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn req(method: &str, target: &str, host: &str) -> Request {
+    /// A request with only a Host header (also for the route tests in `ops`).
+    pub(crate) fn req(method: &str, target: &str, host: &str) -> Request {
         Request {
             method: method.into(),
             target: target.into(),
@@ -226,7 +227,7 @@ mod tests {
         }
     }
 
-    fn parse_target_(r: &Request) -> Result<Target, ApiError> {
+    pub(crate) fn parse_target_(r: &Request) -> Result<Target, ApiError> {
         parse_target(r, &Addressing::default())
     }
 

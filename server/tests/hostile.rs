@@ -5,70 +5,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-// The signing client of the end-to-end crate, shared by path (that crate
-// depends on this one).
-#[path = "../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-mod proc;
-
-#[path = "../../tests/src/client.rs"]
-#[allow(dead_code)]
-mod client;
-
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let port = proc::free_port();
-        let mut args = vec!["--shards", "1", "--io-memory-kib", "512"];
-        args.extend_from_slice(extra);
-        let cmd = proc::command(env!("CARGO_BIN_EXE_hematite").as_ref(), port, dir.path(), &args);
-        let child = proc::spawn_ready(cmd).expect("hematite starts");
-        Server { child, port, _dir: dir }
-    }
-
-    fn healthy(&self) {
-        let mut c = client::Client::new(self.port);
-        let r = c
-            .call("GET", "/devstoreaccount1/?comp=list", &[], b"")
-            .expect("server answers");
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn raw(&self, bytes: &[u8]) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(bytes).unwrap();
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let status = proc::stop(&mut self.child);
-        assert!(status.success() || std::thread::panicking(), "exit {status}");
-    }
-}
+mod support;
+use support::{client, Server};
 
 fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();

@@ -318,21 +318,7 @@ fn message_id_of(t: &Target) -> Result<String, ApiError> {
 )]
 mod tests {
     use super::*;
-    use crate::addressing::{parse_target, Addressing};
-
-    fn req(method: &str, target: &str, host: &str) -> Request {
-        Request {
-            method: method.into(),
-            target: target.into(),
-            http10: false,
-            headers: vec![("Host".into(), host.into())],
-            body: vec![],
-        }
-    }
-
-    fn parse_target_(r: &Request) -> Result<Target, ApiError> {
-        parse_target(r, &Addressing::default())
-    }
+    use crate::addressing::tests::{parse_target_, req};
 
     #[test]
     fn service_stats_route_on_the_secondary() {
