@@ -48,6 +48,36 @@ fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
+/// Writes and syncs a SEGMENT_END frame at `at`: the one way a segment is
+/// sealed, by the writer at a rotation and by recovery at the tail.
+/// `next_lsn` is the rotation's promise (the LSN of the next segment's first
+/// commit, already durable), or 0 for a recovery seal, which promises
+/// nothing. Returns the aligned length written.
+pub(crate) async fn write_seal<F: DiskFile>(
+    file: &F,
+    header: &SegmentHeader,
+    at: u64,
+    lsn: u64,
+    next_lsn: u64,
+) -> std::io::Result<u64> {
+    let align = u64::from(header.alignment);
+    debug_assert_eq!(at % align, 0, "a seal starts at a commit boundary");
+    let mut body = Vec::with_capacity(8);
+    Record::SegmentEnd { next_lsn }
+        .encode(&mut body)
+        .map_err(|e| std::io::Error::other(e.0))?;
+    let mut buf = Vec::with_capacity(align as usize);
+    encode_frame(&mut buf, header.seed(), record::kind::SEGMENT_END, lsn, &body);
+    buf.resize(align_up(buf.len() as u64, align) as usize, 0);
+    file.write_at(&buf, at)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("write at {at} failed: {e}")))?;
+    file.sync()
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("fdatasync failed: {e}")))?;
+    Ok(buf.len() as u64)
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct WalConfig {
     pub shard_id: u32,
@@ -85,6 +115,21 @@ pub(crate) struct Segment<F> {
     /// Records in this segment that current state still needs.
     live_records: u64,
     live_bytes: u64,
+}
+
+impl<F> Segment<F> {
+    /// A segment recovery kept: sealed (never appended to again), its
+    /// records not yet pinned (replay pins what current state needs).
+    fn recovered(file: F, header: SegmentHeader, end: u64) -> Self {
+        Segment {
+            file: Rc::new(file),
+            header,
+            end,
+            sealed: true,
+            live_records: 0,
+            live_bytes: 0,
+        }
+    }
 }
 
 /// Space accounting of one segment, for compaction and operators.
@@ -532,29 +577,18 @@ impl<D: Disk> Wal<D> {
         // (docs/STORAGE_FORMAT.md, "Recovery"). Nothing is acknowledged
         // before the seal is durable too.
         if let Some(seal) = b.seal {
-            let (old, seed) = {
+            let (old, header) = {
                 let st = self.st.borrow();
                 let s = &st.segments[&seal.seg];
-                (s.file.clone(), s.header.seed())
+                (s.file.clone(), s.header)
             };
-            let mut buf = Vec::with_capacity(align as usize);
-            let mut body = Vec::with_capacity(8);
-            Record::SegmentEnd { next_lsn: b.marker_lsn }
-                .encode(&mut body)
-                .map_err(|e| e.0)?;
-            encode_frame(&mut buf, seed, record::kind::SEGMENT_END, seal.lsn, &body);
-            buf.resize(align_up(buf.len() as u64, align) as usize, 0);
-            let name = segment_name(seal.seg);
-            old.write_at(&buf, seal.at)
+            let sealed_len = write_seal(&*old, &header, seal.at, seal.lsn, b.marker_lsn)
                 .await
-                .map_err(|e| format!("sealing {name}: write failed: {e}"))?;
-            old.sync()
-                .await
-                .map_err(|e| format!("sealing {name}: fdatasync failed: {e}"))?;
+                .map_err(|e| format!("sealing {}: {e}", segment_name(seal.seg)))?;
             let mut st = self.st.borrow_mut();
             let s = st.segments.get_mut(&seal.seg).expect("sealed segment exists");
             s.sealed = true;
-            s.end = seal.at + buf.len() as u64;
+            s.end = seal.at + sealed_len;
         }
         let mut st = self.st.borrow_mut();
         let s = st.segments.get_mut(&b.seg).expect("segment of a batch exists");
