@@ -147,25 +147,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        // Idle until the first byte; from then on the whole request must
-        // arrive within the request timeout.
-        watch.deadline.set(Some(Instant::now() + ctx.limits.idle_timeout));
-        let woke = r.wait_for_request().await;
-        if !matches!(woke, Ok(true)) {
+        let Some(req) = read_request(&mut r, &watch, &ctx.limits, &mut out).await else {
             break;
-        }
-        watch.deadline.set(Some(Instant::now() + ctx.limits.request_timeout));
-        let next = r.next_request().await;
-        watch.deadline.set(None);
-        let req: Request = match next {
-            Ok(Some(req)) => req,
-            Ok(None) => break,
-            Err((e, _)) => {
-                if let Some(resp) = framing_error(&e) {
-                    resp.encode(&mut out, false, true);
-                }
-                break;
-            }
         };
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
         let resp = handle(&ctx, &req, peer).await;
@@ -198,6 +181,34 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     }
     drop(unwatch);
     let _ = r.stream.close().await;
+}
+
+/// The next request, or `None` when the connection should end (closed,
+/// timed out, or a framing error whose answer is queued in `out`). Idle
+/// until the first byte; from then on the whole request must arrive within
+/// the request timeout.
+async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
+    r: &mut Reader<S>,
+    watch: &Watch,
+    limits: &ConnLimits,
+    out: &mut Vec<u8>,
+) -> Option<Request> {
+    watch.deadline.set(Some(Instant::now() + limits.idle_timeout));
+    if !matches!(r.wait_for_request().await, Ok(true)) {
+        return None;
+    }
+    watch.deadline.set(Some(Instant::now() + limits.request_timeout));
+    let next = r.next_request().await;
+    watch.deadline.set(None);
+    match next {
+        Ok(req) => req,
+        Err((e, _)) => {
+            if let Some(resp) = framing_error(&e) {
+                resp.encode(out, false, true);
+            }
+            None
+        }
+    }
 }
 
 struct Unwatch(Rc<Reaper>, u64);

@@ -200,6 +200,8 @@ impl From<crate::auth::Denied> for ApiError {
 mod tests {
     use super::*;
 
+    /// Long because it is a table: one row per engine error, the whole
+    /// mapping checked in one place.
     #[test]
     fn every_error_maps_to_a_code_and_status() {
         let cases = [

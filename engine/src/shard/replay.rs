@@ -16,6 +16,34 @@ impl State {
         }
     }
 
+    /// A queue's whole definition: creates the queue (adopting the records
+    /// of its messages seen before it, which compaction may have rewritten
+    /// earlier in the log) or replaces its metadata and policies.
+    fn replay_queue_defined(
+        &mut self,
+        qid: u64,
+        account: String,
+        name: String,
+        metadata: Metadata,
+        acl: Vec<SignedIdentifier>,
+        pos: RecordPos,
+    ) {
+        let orphans = &mut self.orphans;
+        let q = self.queues.entry(qid).or_insert_with(|| {
+            let mut q = orphans
+                .remove(&qid)
+                .unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
+            q.account = account.clone();
+            q.name = name.clone();
+            q
+        });
+        q.metadata = metadata;
+        q.acl = acl;
+        q.def_seg = pos.seg;
+        q.def_frame_len = pos.frame_len;
+        self.names.insert((account, name), qid);
+    }
+
     /// Applies one replayed record.
     pub(super) fn replay(&mut self, rec: Record, pos: RecordPos) {
         // Saturating: values come from disk (they passed their checksums,
@@ -30,21 +58,7 @@ impl State {
                 acl,
             } => {
                 bump(&mut self.next_id, qid);
-                if !self.queues.contains_key(&qid) {
-                    let mut q = self
-                        .orphans
-                        .remove(&qid)
-                        .unwrap_or_else(|| Queue::new(qid, String::new(), String::new(), Metadata::default()));
-                    q.account = account.clone();
-                    q.name = name.clone();
-                    self.queues.insert(qid, q);
-                }
-                let q = self.queues.get_mut(&qid).expect("just inserted");
-                q.metadata = metadata;
-                q.acl = acl;
-                q.def_seg = pos.seg;
-                q.def_frame_len = pos.frame_len;
-                self.names.insert((account, name), qid);
+                self.replay_queue_defined(qid, account, name, metadata, acl, pos);
             }
             Record::QueueDeleted { qid } => {
                 self.orphans.remove(&qid);

@@ -232,77 +232,13 @@ impl Record {
                 next_lsn: if r.0.is_empty() { 0 } else { r.u64()? },
             },
             kind::CLOCK => Record::Clock { floor_ms: r.u64()? },
-            kind::QUEUE_DEFINED => {
-                let qid = r.u64()?;
-                let account = r.str()?;
-                let name = r.str()?;
-                let n = r.u16()?;
-                let mut md = Vec::with_capacity(n.min(64) as usize);
-                for _ in 0..n {
-                    md.push((r.str()?, r.str()?));
-                }
-                let n = r.u16()?;
-                let mut acl = Vec::with_capacity(n.min(8) as usize);
-                for _ in 0..n {
-                    acl.push(SignedIdentifier {
-                        id: r.str()?,
-                        start: r.opt_str()?,
-                        expiry: r.opt_str()?,
-                        permission: r.opt_str()?,
-                    });
-                }
-                Record::QueueDefined {
-                    qid,
-                    account,
-                    name,
-                    metadata: Metadata(md),
-                    acl,
-                }
-            }
+            kind::QUEUE_DEFINED => r.queue_defined()?,
             kind::QUEUE_DELETED => Record::QueueDeleted { qid: r.u64()? },
             kind::QUEUE_CLEARED => Record::QueueCleared { qid: r.u64()? },
-            kind::MESSAGE_PUT | kind::MESSAGE_REWRITTEN | kind::MESSAGE_REPLACED => {
-                let m = MessageState {
-                    qid: r.u64()?,
-                    seq: r.u64()?,
-                    id: r.bytes(16)?.try_into().map_err(|_| DecodeError("id"))?,
-                    inserted_ms: r.u64()?,
-                    expires_ms: r.u64()?,
-                    visible_ms: r.u64()?,
-                    dequeue_count: r.u64()?,
-                    receipt: r.u64()?,
-                    body: {
-                        let n = r.u32()? as usize;
-                        r.bytes(n)?.to_vec()
-                    },
-                };
-                match kind {
-                    kind::MESSAGE_PUT => Record::MessagePut(m),
-                    kind::MESSAGE_REWRITTEN => Record::MessageRewritten(m),
-                    _ => Record::MessageReplaced(m),
-                }
-            }
-            kind::MESSAGES_DEQUEUED => {
-                let qid = r.u64()?;
-                let visible_ms = r.u64()?;
-                let n = r.u32()? as usize;
-                if n > body.len() / 24 {
-                    return Err(DecodeError("dequeue entry count exceeds the body"));
-                }
-                let mut entries = Vec::with_capacity(n);
-                for _ in 0..n {
-                    entries.push(Dequeued {
-                        seq: r.u64()?,
-                        dequeue_count: r.u64()?,
-                        receipt: r.u64()?,
-                    });
-                }
-                Record::MessagesDequeued {
-                    qid,
-                    visible_ms,
-                    entries,
-                }
-            }
+            kind::MESSAGE_PUT => Record::MessagePut(r.message_state()?),
+            kind::MESSAGE_REWRITTEN => Record::MessageRewritten(r.message_state()?),
+            kind::MESSAGE_REPLACED => Record::MessageReplaced(r.message_state()?),
+            kind::MESSAGES_DEQUEUED => r.messages_dequeued()?,
             kind::MESSAGE_VISIBILITY => Record::MessageVisibility {
                 qid: r.u64()?,
                 seq: r.u64()?,
@@ -363,6 +299,81 @@ impl Writer<'_> {
 }
 
 struct Reader<'a>(&'a [u8]);
+
+/// The bodies with more than a few fields, one method per record layout
+/// (docs/STORAGE_FORMAT.md, "Record kinds").
+impl Reader<'_> {
+    fn queue_defined(&mut self) -> Result<Record, DecodeError> {
+        let qid = self.u64()?;
+        let account = self.str()?;
+        let name = self.str()?;
+        let n = self.u16()?;
+        // Capacities are capped: counts come from disk.
+        let mut md = Vec::with_capacity(n.min(64) as usize);
+        for _ in 0..n {
+            md.push((self.str()?, self.str()?));
+        }
+        let n = self.u16()?;
+        let mut acl = Vec::with_capacity(n.min(8) as usize);
+        for _ in 0..n {
+            acl.push(SignedIdentifier {
+                id: self.str()?,
+                start: self.opt_str()?,
+                expiry: self.opt_str()?,
+                permission: self.opt_str()?,
+            });
+        }
+        Ok(Record::QueueDefined {
+            qid,
+            account,
+            name,
+            metadata: Metadata(md),
+            acl,
+        })
+    }
+
+    fn message_state(&mut self) -> Result<MessageState, DecodeError> {
+        Ok(MessageState {
+            qid: self.u64()?,
+            seq: self.u64()?,
+            id: self.bytes(16)?.try_into().map_err(|_| DecodeError("id"))?,
+            inserted_ms: self.u64()?,
+            expires_ms: self.u64()?,
+            visible_ms: self.u64()?,
+            dequeue_count: self.u64()?,
+            receipt: self.u64()?,
+            body: {
+                let n = self.u32()? as usize;
+                self.bytes(n)?.to_vec()
+            },
+        })
+    }
+
+    fn messages_dequeued(&mut self) -> Result<Record, DecodeError> {
+        let qid = self.u64()?;
+        let visible_ms = self.u64()?;
+        let n = self.u32()? as usize;
+        // Each entry is 24 bytes; a count the body cannot hold is refused
+        // before it sizes an allocation.
+        if n > self.0.len() / 24 {
+            return Err(DecodeError("dequeue entry count exceeds the body"));
+        }
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            entries.push(Dequeued {
+                seq: self.u64()?,
+                dequeue_count: self.u64()?,
+                receipt: self.u64()?,
+            });
+        }
+        Ok(Record::MessagesDequeued {
+            qid,
+            visible_ms,
+            entries,
+        })
+    }
+}
+
 impl<'a> Reader<'a> {
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.0.len() < n {
