@@ -41,7 +41,48 @@ impl<D: Disk> Shard<D> {
         }
         .await;
         self.compacting.set(false);
+        self.check_live_accounting();
         result
+    }
+
+    /// Debug builds: the WAL's live-record counts, kept by hand with a
+    /// pin/unpin at every state change, equal what current state actually
+    /// references. One forgotten unpin silently stops compaction from
+    /// freeing disk; one forgotten pin lets it delete a segment still
+    /// needed. Linear in the messages, so it runs after each maintenance
+    /// pass rather than after every mutation, and is skipped for
+    /// shards holding more than `ACCOUNTING_CHECK_MAX_MESSAGES`.
+    pub(super) fn check_live_accounting(&self) {
+        const ACCOUNTING_CHECK_MAX_MESSAGES: usize = 200_000;
+        if !cfg!(debug_assertions) || self.message_count() > ACCOUNTING_CHECK_MAX_MESSAGES {
+            return;
+        }
+        let st = self.st.borrow();
+        let mut want: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        let mut add = |seg: u64, len: u32| {
+            let e = want.entry(seg).or_default();
+            e.0 += 1;
+            e.1 += u64::from(len);
+        };
+        if let Some((seg, len)) = st.clock_pos {
+            add(seg, len);
+        }
+        for q in st.queues.values() {
+            add(q.def_seg, q.def_frame_len);
+            for m in q.messages() {
+                add(m.body.seg, m.body.frame_len);
+            }
+        }
+        for s in self.wal.segment_stats() {
+            let (records, bytes) = want.remove(&s.seq).unwrap_or_default();
+            assert_eq!(
+                (s.live_records, s.live_bytes),
+                (records, bytes),
+                "segment {} live accounting drifted from state",
+                s.seq
+            );
+        }
+        assert!(want.is_empty(), "state references segments the WAL no longer has: {want:?}");
     }
 
     /// The oldest sealed segment, if rewriting its live records is worth it:

@@ -471,6 +471,13 @@ impl<D: Disk> Wal<D> {
 
     /// Returns once `lsn` is durable, leading group commits as needed.
     pub async fn wait_durable(&self, lsn: u64) -> Result<(), StorageError> {
+        // A wait for an LSN never appended would hang while commits run
+        // (and panic below only once none does): refuse it at the door.
+        assert!(
+            lsn <= self.last_lsn(),
+            "waiting for LSN {lsn}, but the last appended is {}",
+            self.last_lsn()
+        );
         loop {
             let step = {
                 let mut st = self.st.borrow_mut();
