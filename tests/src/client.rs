@@ -57,7 +57,10 @@ pub fn signed_request(
 ) -> io::Result<Vec<u8>> {
     let creds = Credentials::from_key_bytes(ACCOUNT, key.to_vec());
     let host = format!("127.0.0.1:{port}");
-    Ok(Request::new(method, &host, target).headers(extra).body(body).encode(Some(&creds))?)
+    Ok(Request::new(method, &host, target)
+        .headers(extra)
+        .body(body)
+        .encode(Some(&creds))?)
 }
 
 impl Client {
