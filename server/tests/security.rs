@@ -291,14 +291,11 @@ fn sas_permissions_with_unknown_or_repeated_letters_are_refused() {
     let server = Server::start(&[]);
     let mut c = server.client();
     assert_eq!(c.call("PUT", "/devstoreaccount1/sasq", &[], b"").unwrap().status, 201);
-    let key = base64_key();
-    let se = "2099-01-01T00:00:00Z";
+    let creds = hematite_client::Credentials::dev();
     for sp in ["rr", "rz", "rap"] {
-        let sts = format!("{sp}\n\n{se}\n/queue/devstoreaccount1/sasq\n\n\n\n2026-10-06");
-        let sig = server::auth::signature(&key, &sts);
-        let sig = percent_encoding::utf8_percent_encode(&sig, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let sas = hematite_client::sign::service_sas(&creds, "sasq", sp, "2099-01-01T00:00:00Z", "2026-10-06");
         let req = format!(
-            "GET /devstoreaccount1/sasq/messages?peekonly=true&sv=2026-10-06&sp={sp}&se={se}&sig={sig} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            "GET /devstoreaccount1/sasq/messages?peekonly=true&{sas} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
         );
         let resp = server.raw(req.as_bytes());
         let want = if sp == "rap" { 200 } else { 403 };

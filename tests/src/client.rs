@@ -1,16 +1,18 @@
-//! A blocking HTTP/1.1 client for tests, signing every request with Shared
-//! Key (the signer is the server's own, which the SDK suites verify).
+//! A blocking HTTP/1.1 client for tests. Requests are signed and answers
+//! parsed by `hematite_client`, whose Shared Key signer is written from
+//! Microsoft's spec apart from the server's, so every signed request the
+//! server accepts also checks its verifier.
 
-use base64::Engine;
-use server::addressing::parse_target;
-use server::auth::{shared_key_strings, signature};
-use server::http::Request;
+use hematite_client::{parse_response, Credentials, Request};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-pub const ACCOUNT: &str = "devstoreaccount1";
-pub const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+pub const ACCOUNT: &str = hematite_client::DEV_ACCOUNT;
+pub const KEY: &str = hematite_client::DEV_KEY;
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -35,7 +37,7 @@ pub struct Client {
     /// How long to wait for an answer before failing with an I/O error.
     pub timeout: Duration,
     port: u16,
-    key: Vec<u8>,
+    creds: Credentials,
     conn: Option<TcpStream>,
     buf: Vec<u8>,
 }
@@ -53,41 +55,12 @@ pub fn signed_request(
     extra: &[(&str, &str)],
     body: &[u8],
 ) -> io::Result<Vec<u8>> {
-    let mut headers: Vec<(String, String)> = vec![
-        ("Host".into(), format!("127.0.0.1:{port}")),
-        (
-            "x-ms-date".into(),
-            httpdate::fmt_http_date(std::time::SystemTime::now()),
-        ),
-        ("x-ms-version".into(), "2026-10-06".into()),
-    ];
-    for (k, v) in extra {
-        headers.push((k.to_string(), v.to_string()));
-    }
-    let chunked = extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"));
-    if !chunked {
-        headers.push(("Content-Length".into(), body.len().to_string()));
-    }
-    let req = Request {
-        method: method.into(),
-        target: target.into(),
-        http10: false,
-        headers: headers.clone(),
-        body: body.to_vec(),
-    };
-    let t = parse_target(&req, &server::addressing::Addressing::path_style_only())
-        .map_err(|e| io::Error::other(e.message))?;
-    let sig = signature(key, &shared_key_strings(&req, ACCOUNT, &t)[0]);
-    let mut out = format!("{method} {target} HTTP/1.1\r\n");
-    for (k, v) in &headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str(&format!("Authorization: SharedKey {ACCOUNT}:{sig}\r\n\r\n"));
-    let mut bytes = out.into_bytes();
-    if !chunked {
-        bytes.extend_from_slice(body);
-    }
-    Ok(bytes)
+    let creds = Credentials::from_key_bytes(ACCOUNT, key.to_vec());
+    let host = format!("127.0.0.1:{port}");
+    Ok(Request::new(method, &host, target)
+        .headers(extra)
+        .body(body)
+        .encode(Some(&creds))?)
 }
 
 impl Client {
@@ -95,7 +68,7 @@ impl Client {
         Client {
             timeout: Duration::from_secs(30),
             port,
-            key: base64::engine::general_purpose::STANDARD.decode(KEY).unwrap(),
+            creds: Credentials::dev(),
             conn: None,
             buf: Vec::new(),
         }
@@ -104,68 +77,53 @@ impl Client {
     /// Sends one signed request on a kept-alive connection. Any I/O error
     /// means the outcome is unknown (the server may have applied it).
     pub fn call(&mut self, method: &str, target: &str, extra: &[(&str, &str)], body: &[u8]) -> io::Result<Reply> {
-        let bytes = signed_request(self.port, &self.key, method, target, extra, body)?;
-        if self.conn.is_none() {
-            let s = TcpStream::connect(("127.0.0.1", self.port))?;
-            s.set_read_timeout(Some(self.timeout))?;
-            s.set_nodelay(true)?;
-            self.conn = Some(s);
-            self.buf.clear();
+        let host = format!("127.0.0.1:{}", self.port);
+        let bytes = Request::new(method, &host, target)
+            .headers(extra)
+            .body(body)
+            .encode(Some(&self.creds))?;
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => {
+                let s = TcpStream::connect(("127.0.0.1", self.port))?;
+                s.set_read_timeout(Some(self.timeout))?;
+                s.set_nodelay(true)?;
+                self.buf.clear();
+                s
+            }
+        };
+        // The connection is kept only after a complete answer that allows it.
+        let (reply, keep) = self.exchange(&conn, method, &bytes)?;
+        if keep {
+            self.conn = Some(conn);
         }
-        let result = self.exchange(&bytes);
-        if result.is_err() {
-            self.conn = None;
-        }
-        result
+        Ok(reply)
     }
 
-    fn exchange(&mut self, bytes: &[u8]) -> io::Result<Reply> {
-        let conn = self.conn.as_mut().expect("connected");
+    fn exchange(&mut self, mut conn: &TcpStream, method: &str, bytes: &[u8]) -> io::Result<(Reply, bool)> {
         conn.write_all(bytes)?;
         loop {
-            let mut hs = [httparse::EMPTY_HEADER; 64];
-            let mut resp = httparse::Response::new(&mut hs);
-            if let httparse::Status::Complete(n) = resp.parse(&self.buf).map_err(|e| io::Error::other(e.to_string()))? {
-                let headers: Vec<(String, String)> = resp
-                    .headers
-                    .iter()
-                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
-                    .collect();
-                let status = resp.code.unwrap_or(0);
-                let len: usize = headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                    .and_then(|(_, v)| v.parse().ok())
-                    .unwrap_or(0);
-                while self.buf.len() < n + len {
-                    self.fill()?;
-                }
-                let body = String::from_utf8_lossy(&self.buf[n..n + len]).into_owned();
-                self.buf.drain(..n + len);
-                let close = headers
-                    .iter()
-                    .any(|(k, v)| k.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"));
-                if close {
-                    self.conn = None;
-                }
-                return Ok(Reply { status, headers, body });
+            if let Some((resp, used)) = parse_response(&self.buf, method)? {
+                self.buf.drain(..used);
+                let keep = resp.keeps_alive();
+                let body = resp.body_text().into_owned();
+                let reply = Reply {
+                    status: resp.status,
+                    headers: resp.headers,
+                    body,
+                };
+                return Ok((reply, keep));
             }
-            self.fill()?;
+            let mut chunk = [0u8; READ_CHUNK];
+            let n = conn.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
         }
-    }
-
-    fn fill(&mut self) -> io::Result<()> {
-        let conn = self.conn.as_mut().expect("connected");
-        let mut chunk = [0u8; 16384];
-        let n = conn.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "server closed the connection",
-            ));
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(())
     }
 }
 

@@ -9,19 +9,22 @@
 //! HdrHistogram), errors by Azure error code, a progress line every second,
 //! and one JSON line for scripts.
 
-use base64::Engine;
 use clap::{Parser, ValueEnum};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
 use hdrhistogram::Histogram;
+use hematite_client::{parse_response, Credentials, Request, DEV_KEY};
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The service version the bench asks for.
+const API_VERSION: &str = "2025-11-05";
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Workload {
@@ -143,7 +146,7 @@ struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
     args: Rc<Args>,
-    key: Rc<Vec<u8>>,
+    key: Rc<Credentials>,
     host_header: String,
     base_path: String,
 }
@@ -156,7 +159,7 @@ struct Resp {
 }
 
 impl Conn {
-    async fn open(args: Rc<Args>, key: Rc<Vec<u8>>) -> std::io::Result<Conn> {
+    async fn open(args: Rc<Args>, key: Rc<Credentials>) -> std::io::Result<Conn> {
         let ep = parse_endpoint(&args.endpoint).map_err(std::io::Error::other)?;
         let stream = TcpStream::connect(format!("{}:{}", ep.host, ep.port)).await?;
         stream.set_nodelay(true)?;
@@ -172,134 +175,42 @@ impl Conn {
 
     async fn call(&mut self, method: &str, path_and_query: &str, body: &[u8]) -> std::io::Result<Resp> {
         let mut target = format!("{}{}", self.base_path, path_and_query);
-        let mut headers: Vec<(String, String)> = vec![
-            ("Host".into(), self.host_header.clone()),
-            ("x-ms-version".into(), "2025-11-05".into()),
-            (
-                "x-ms-date".into(),
-                httpdate::fmt_http_date(std::time::SystemTime::now()),
-            ),
-            ("Content-Length".into(), body.len().to_string()),
-        ];
-        if !body.is_empty() {
-            headers.push(("Content-Type".into(), "application/xml".into()));
-        }
-        if let Some(sas) = &self.args.sas {
-            target.push(if target.contains('?') { '&' } else { '?' });
-            target.push_str(sas);
+        let creds = match &self.args.sas {
+            Some(sas) => {
+                target.push(if target.contains('?') { '&' } else { '?' });
+                target.push_str(sas);
+                None
+            }
+            None => Some(&*self.key),
+        };
+        let xml: &[(&str, &str)] = if body.is_empty() {
+            &[]
         } else {
-            let req = server::http::Request {
-                method: method.into(),
-                target: target.clone(),
-                http10: false,
-                headers: headers.clone(),
-                // Shared Key signs the body's length.
-                body: body.to_vec(),
-            };
-            let t = server::addressing::parse_target(&req, &server::addressing::Addressing::path_style_only())
-                .map_err(|e| std::io::Error::other(e.message))?;
-            let sts = &server::auth::shared_key_strings(&req, &self.args.account, &t)[0];
-            headers.push((
-                "Authorization".into(),
-                format!(
-                    "SharedKey {}:{}",
-                    self.args.account,
-                    server::auth::signature(&self.key, sts)
-                ),
-            ));
-        }
-        let mut out = format!("{method} {target} HTTP/1.1\r\n");
-        for (k, v) in &headers {
-            out.push_str(k);
-            out.push_str(": ");
-            out.push_str(v);
-            out.push_str("\r\n");
-        }
-        out.push_str("\r\n");
-        let mut bytes = out.into_bytes();
-        bytes.extend_from_slice(body);
+            &[("Content-Type", "application/xml")]
+        };
+        let mut req = Request::new(method, &self.host_header, &target).headers(xml).body(body);
+        req.version = API_VERSION;
+        let bytes = req.encode(creds)?;
         self.stream.write_all(&bytes).await?;
         loop {
-            let mut hs = [httparse::EMPTY_HEADER; 48];
-            let mut r = httparse::Response::new(&mut hs);
-            if let httparse::Status::Complete(n) =
-                r.parse(&self.buf).map_err(|e| std::io::Error::other(e.to_string()))?
-            {
-                let mut len = 0usize;
-                let mut chunked = false;
-                let (mut code, mut receipt) = (String::new(), None);
-                for h in r.headers.iter() {
-                    let v = String::from_utf8_lossy(h.value);
-                    if h.name.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap_or(0);
-                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                        chunked = v.to_ascii_lowercase().contains("chunked");
-                    } else if h.name.eq_ignore_ascii_case("x-ms-error-code") {
-                        code = v.into_owned();
-                    } else if h.name.eq_ignore_ascii_case("x-ms-popreceipt") {
-                        receipt = Some(v.into_owned());
-                    }
-                }
-                let status = r.code.unwrap_or(0);
-                let body = if chunked {
-                    self.read_chunked(n).await?
-                } else {
-                    self.read_exact_body(n, len).await?
-                };
+            if let Some((r, used)) = parse_response(&self.buf, method)? {
+                self.buf.drain(..used);
                 return Ok(Resp {
-                    status,
-                    code,
-                    body,
-                    receipt,
+                    status: r.status,
+                    code: r.header("x-ms-error-code").unwrap_or("").to_string(),
+                    receipt: r.header("x-ms-popreceipt").map(str::to_string),
+                    body: r.body_text().into_owned(),
                 });
             }
-            self.fill().await?;
-        }
-    }
-
-    async fn fill(&mut self) -> std::io::Result<()> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "server closed the connection",
-            ));
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(())
-    }
-
-    async fn read_exact_body(&mut self, head: usize, len: usize) -> std::io::Result<String> {
-        while self.buf.len() < head + len {
-            self.fill().await?;
-        }
-        let body = String::from_utf8_lossy(&self.buf[head..head + len]).into_owned();
-        self.buf.drain(..head + len);
-        Ok(body)
-    }
-
-    /// Azurite answers XML with chunked encoding.
-    async fn read_chunked(&mut self, head: usize) -> std::io::Result<String> {
-        self.buf.drain(..head);
-        let mut body = Vec::new();
-        loop {
-            let (used, size) = loop {
-                match httparse::parse_chunk_size(&self.buf) {
-                    Ok(httparse::Status::Complete(x)) => break x,
-                    Ok(httparse::Status::Partial) => self.fill().await?,
-                    Err(_) => return Err(std::io::Error::other("bad chunk size")),
-                }
-            };
-            let size = size as usize;
-            while self.buf.len() < used + size + 2 {
-                self.fill().await?;
+            let mut chunk = [0u8; READ_CHUNK];
+            let n = self.stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ));
             }
-            body.extend_from_slice(&self.buf[used..used + size]);
-            self.buf.drain(..used + size + 2);
-            if size == 0 {
-                return Ok(String::from_utf8_lossy(&body).into_owned());
-            }
+            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 }
@@ -384,7 +295,7 @@ fn queue_name(args: &Args, i: usize) -> String {
 /// One connection's loop until `end`. Records only after `measure_from`.
 async fn connection(
     args: Rc<Args>,
-    key: Rc<Vec<u8>>,
+    key: Rc<Credentials>,
     idx: usize,
     stats: Rc<RefCell<Stats>>,
     measure_from: Instant,
@@ -566,7 +477,7 @@ async fn connection(
     }
 }
 
-async fn setup(args: Rc<Args>, key: Rc<Vec<u8>>) -> Result<(), String> {
+async fn setup(args: Rc<Args>, key: Rc<Credentials>) -> Result<(), String> {
     let mut c = Conn::open(args.clone(), key.clone())
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", args.endpoint))?;
@@ -616,7 +527,7 @@ async fn setup(args: Rc<Args>, key: Rc<Vec<u8>>) -> Result<(), String> {
     Ok(())
 }
 
-async fn teardown(args: Rc<Args>, key: Rc<Vec<u8>>) {
+async fn teardown(args: Rc<Args>, key: Rc<Credentials>) {
     if let Ok(mut c) = Conn::open(args.clone(), key).await {
         for q in 0..args.queues {
             let _ = c.call("DELETE", &format!("/{}", queue_name(&args, q)), b"").await;
@@ -649,12 +560,10 @@ fn main() {
         eprintln!("--queues, --connections and --threads must be at least 1");
         std::process::exit(2);
     }
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(&args.key)
-        .unwrap_or_else(|_| {
-            eprintln!("--key is not base64");
-            std::process::exit(2)
-        });
+    let key = Credentials::new(&args.account, &args.key).unwrap_or_else(|_| {
+        eprintln!("--key is not base64");
+        std::process::exit(2)
+    });
     let a = args.clone();
     let k = key.clone();
     if let Err(e) = on_executor(args.cpu, move || setup(Rc::new(a), Rc::new(k))) {

@@ -245,7 +245,7 @@ fn sign(method: &str, target: &str, headers: &[(String, String)], body: &[u8], a
                 } else {
                     (format!("devstoreaccount1\n{sp}\nq\nsco\n\n{se}\n\n\n2026-10-06\n\n"), "&ss=q&srt=sco".to_string())
                 };
-                let sig = server::auth::signature(&key, &sts);
+                let sig = hematite_client::Credentials::from_key_bytes(client::ACCOUNT, key.clone()).sign(&sts);
                 t = format!("{t}{sep}sv=2026-10-06&sp={sp}&se={}&sig={}{extra_q}", pct(se), pct(&sig));
             }
             let mut out = format!("{method} {t} HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n");
