@@ -82,7 +82,10 @@ impl<D: Disk> Shard<D> {
                 s.seq
             );
         }
-        assert!(want.is_empty(), "state references segments the WAL no longer has: {want:?}");
+        assert!(
+            want.is_empty(),
+            "state references segments the WAL no longer has: {want:?}"
+        );
     }
 
     /// The oldest sealed segment, if rewriting its live records is worth it:
