@@ -7,13 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-#[path = "../../tests/src/client.rs"]
-#[allow(dead_code)]
-mod client;
+use hematite_tests::client;
 
-#[path = "../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-mod proc;
+use hematite_tests::proc;
 
 const MESSAGES: usize = 400;
 /// Eight connections: the chance that all land on one of two cores is 1/128.

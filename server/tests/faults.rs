@@ -8,14 +8,9 @@ use client::Client;
 use std::io::Read;
 use std::process::Child;
 
-// The signing test client of the end-to-end crate. That crate depends on
-// this one, so the module is shared by path instead; one copy of the code.
-#[path = "../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-mod proc;
+use hematite_tests::proc;
 
-#[path = "../../tests/src/client.rs"]
-mod client;
+use hematite_tests::client;
 
 fn start(dir: &std::path::Path, port: u16, env: &[(&str, String)]) -> Child {
     let mut cmd = proc::command(

@@ -8,13 +8,9 @@ use std::net::TcpStream;
 use std::process::Child;
 use std::time::Duration;
 
-#[path = "../../tests/src/client.rs"]
-#[allow(dead_code)]
-mod client;
+use hematite_tests::client;
 
-#[path = "../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-mod proc;
+use hematite_tests::proc;
 
 struct TestServer {
     child: Child,

@@ -4,9 +4,7 @@
 
 use std::process::{Command, Output};
 
-#[path = "../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-mod proc;
+use hematite_tests::proc;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hematite")

@@ -9,13 +9,9 @@ use std::net::TcpStream;
 use std::process::Child;
 use std::time::Duration;
 
-#[path = "../../../tests/src/proc.rs"]
-#[allow(dead_code)] // each test file uses part of the shared helpers
-pub mod proc;
+pub use hematite_tests::proc;
 
-#[path = "../../../tests/src/client.rs"]
-#[allow(dead_code)]
-pub mod client;
+pub use hematite_tests::client;
 
 pub struct Server {
     pub child: Child,
