@@ -1,0 +1,342 @@
+//! `ceiling`: the reference every Hematite throughput target is a fraction
+//! of. It is the smallest program that does the work a durable Put Message
+//! cannot avoid, and nothing else: accept HTTP/1.1 on one glommio executor,
+//! parse each request with httparse, and answer with a fixed response the
+//! size of Hematite's. With `--durable DIR`, a request that carries a body is
+//! answered only after the body was appended to an O_DIRECT file and an
+//! fdatasync covered it, with group commit: one `pwrite` + `fdatasync` (on
+//! glommio's blocking pool, off the executor) for every body that arrived
+//! while the previous one ran. docs/benchmarks.md explains how it is used.
+//!
+//! What it skips on purpose, and Hematite cannot: authentication, XML, the
+//! queue index, record framing and checksums, message ids and receipts.
+//! What it keeps: the syscalls, loopback networking, parsing, and one
+//! fdatasync per group. So "Hematite at 85% of the ceiling" reads as "the
+//! queue logic costs 15% over the bare machine".
+
+use clap::Parser;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(about = "Minimal HTTP server: the reference ceiling for Hematite's benchmarks")]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1:10090")]
+    addr: String,
+    /// Pin the executor to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Make request bodies durable in this directory before answering.
+    #[arg(long)]
+    durable: Option<PathBuf>,
+    /// Size of the log file, written once with zeros at startup and then
+    /// overwritten in a ring, so that every commit is a pure overwrite (the
+    /// disk's cheapest commit, docs/machine.md).
+    #[arg(long, default_value_t = 256)]
+    ring_mib: u64,
+}
+
+/// The device's write unit: commits start and end on it (O_DIRECT).
+const BLOCK: usize = 4096;
+/// Bytes of request head we accept; requests are small and fixed.
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_BODY: usize = 1024 * 1024;
+
+fn main() {
+    let args = Args::parse();
+    let placement = match args.cpu {
+        Some(cpu) => Placement::Fixed(cpu),
+        None => Placement::Unbound,
+    };
+    let handle = LocalExecutorBuilder::new(placement)
+        .name("ceiling")
+        .spawn(move || async move {
+            if let Err(e) = serve(args).await {
+                eprintln!("ceiling: {e}");
+                std::process::exit(1);
+            }
+        })
+        .unwrap_or_else(|e| {
+            eprintln!("ceiling: cannot start the executor: {e}");
+            std::process::exit(1);
+        });
+    let _ = handle.join();
+}
+
+async fn serve(args: Args) -> std::io::Result<()> {
+    let log = match &args.durable {
+        Some(dir) => Some(Rc::new(Log::open(dir, args.ring_mib << 20)?)),
+        None => None,
+    };
+    let answers = Rc::new(Answers::new());
+    let listener = TcpListener::bind(&args.addr)?;
+    println!("ceiling ready on {} (durable: {})", args.addr, log.is_some());
+    loop {
+        let stream = listener.accept().await?;
+        let (log, answers) = (log.clone(), answers.clone());
+        glommio::spawn_local(async move {
+            let _ = connection(stream, log, answers).await;
+        })
+        .detach();
+    }
+}
+
+/// Serves one keep-alive connection, answering pipelined requests in one write.
+async fn connection(mut stream: TcpStream, log: Option<Rc<Log>>, answers: Rc<Answers>) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut out = Vec::with_capacity(4096);
+    loop {
+        // Answer every complete request already read.
+        let mut wait_for = None;
+        while let Some((len, body, is_post)) = parse(&buf[start..end])? {
+            if let (Some(log), Some(body)) = (&log, body) {
+                wait_for = Some(log.append(&buf[start + len - body..start + len]));
+            }
+            out.extend_from_slice(if is_post { &answers.put } else { &answers.get });
+            start += len;
+        }
+        if let (Some(log), Some(batch)) = (&log, wait_for) {
+            log.wait_durable(batch).await?;
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        if start == end {
+            (start, end) = (0, 0);
+        } else if end == buf.len() {
+            buf.copy_within(start..end, 0);
+            (start, end) = (0, end - start);
+            if end == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
+        }
+        let n = stream.read(&mut buf[end..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        end += n;
+    }
+}
+
+/// One complete request at the start of `b`: its total length, its body
+/// length if it has one, and whether it is a POST. `None`: not all here yet.
+fn parse(b: &[u8]) -> std::io::Result<Option<(usize, Option<usize>, bool)>> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    let head = match req.parse(b).map_err(|e| bad(&e.to_string()))? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial if b.len() > MAX_HEAD => return Err(bad("head too large")),
+        httparse::Status::Partial => return Ok(None),
+    };
+    let mut body = 0usize;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            body = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&n| n <= MAX_BODY)
+                .ok_or_else(|| bad("bad content-length"))?;
+        }
+    }
+    let is_post = matches!(req.method, Some("POST" | "PUT"));
+    if b.len() < head + body {
+        return Ok(None);
+    }
+    Ok(Some((head + body, (body > 0).then_some(body), is_post)))
+}
+
+/// Answers the size of Hematite's own (the same headers, and an XML body
+/// like Put Message's), so both servers move about the same bytes.
+fn answer(status: &str, extra: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\n{extra}x-ms-request-id: 8a6a2f4e-2f5b-4a47-9b3c-1f0c3c2b7e11\r\n\
+         x-ms-version: 2026-10-06\r\nDate: Mon, 23 Nov 2026 00:00:00 GMT\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+struct Answers {
+    put: Vec<u8>,
+    get: Vec<u8>,
+}
+
+impl Answers {
+    fn new() -> Self {
+        let put_body = "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList><QueueMessage>\
+            <MessageId>7d9c4a55-0d5f-4a7e-8a54-2f6d1c9b0e21</MessageId>\
+            <InsertionTime>Mon, 23 Nov 2026 00:00:00 GMT</InsertionTime>\
+            <ExpirationTime>Mon, 30 Nov 2026 00:00:00 GMT</ExpirationTime>\
+            <PopReceipt>AAAAAAAAAAAAAAAAAAAAAA==</PopReceipt>\
+            <TimeNextVisible>Mon, 23 Nov 2026 00:00:00 GMT</TimeNextVisible>\
+            </QueueMessage></QueueMessagesList>";
+        Answers {
+            put: answer("201 Created", "Content-Type: application/xml\r\n", put_body),
+            get: answer("200 OK", "x-ms-approximate-messages-count: 0\r\n", ""),
+        }
+    }
+}
+
+/// The durable log: a ring file on one core, written in aligned groups.
+struct Log {
+    file: Arc<File>,
+    ring: u64,
+    /// Where the next group starts.
+    pos: Cell<u64>,
+    /// Bodies waiting for the next group, and that group's number.
+    open: RefCell<Vec<u8>>,
+    open_batch: Cell<u64>,
+    /// Every group up to this number is durable.
+    durable: Cell<u64>,
+    committing: Cell<bool>,
+    changed: event_listener::Event,
+}
+
+impl Log {
+    fn open(dir: &std::path::Path, ring: u64) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("ceiling.log");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)?;
+        // Write the ring once, so commits overwrite written blocks.
+        let zeros = AlignedBuf::zeroed(1 << 20);
+        let mut at = 0;
+        while at < ring {
+            file.write_all_at(zeros.as_slice(), at)?;
+            at += zeros.len() as u64;
+        }
+        file.sync_all()?;
+        Ok(Log {
+            file: Arc::new(file),
+            ring,
+            pos: Cell::new(0),
+            open: RefCell::new(Vec::with_capacity(256 * 1024)),
+            open_batch: Cell::new(1),
+            durable: Cell::new(0),
+            committing: Cell::new(false),
+            changed: event_listener::Event::new(),
+        })
+    }
+
+    /// Adds a body to the open group and returns the group's number.
+    fn append(&self, body: &[u8]) -> u64 {
+        self.open.borrow_mut().extend_from_slice(body);
+        self.open_batch.get()
+    }
+
+    /// Returns once group `batch` is durable. The first waiter to find no
+    /// commit running writes the open group for everyone.
+    async fn wait_durable(&self, batch: u64) -> std::io::Result<()> {
+        loop {
+            if self.durable.get() >= batch {
+                return Ok(());
+            }
+            if !self.committing.get() {
+                self.commit().await?;
+                continue;
+            }
+            let listener = self.changed.listen();
+            if self.durable.get() >= batch || !self.committing.get() {
+                continue;
+            }
+            listener.await;
+        }
+    }
+
+    async fn commit(&self) -> std::io::Result<()> {
+        self.committing.set(true);
+        let batch = self.open_batch.get();
+        self.open_batch.set(batch + 1);
+        let bytes = std::mem::take(&mut *self.open.borrow_mut());
+        let mut buf = AlignedBuf::zeroed(bytes.len().div_ceil(BLOCK).max(1) * BLOCK);
+        buf.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+        let mut at = self.pos.get();
+        if at + buf.len() as u64 > self.ring {
+            at = 0;
+        }
+        self.pos.set(at + buf.len() as u64);
+        let file = self.file.clone();
+        let result = glommio::executor()
+            .spawn_blocking(move || -> std::io::Result<()> {
+                file.write_all_at(buf.as_slice(), at)?;
+                file.sync_data()
+            })
+            .await;
+        *self.open.borrow_mut() = {
+            let mut v = bytes;
+            v.clear();
+            v
+        };
+        self.committing.set(false);
+        if result.is_ok() {
+            self.durable.set(batch);
+        }
+        self.changed.notify(usize::MAX);
+        result
+    }
+}
+
+/// A heap buffer aligned to the block size, as O_DIRECT requires.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// The buffer is plain bytes owned by one value; moving it to the blocking
+// thread that writes it is safe.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len, BLOCK).unwrap_or_else(|_| {
+            eprintln!("ceiling: bad buffer size {len}");
+            std::process::exit(1);
+        })
+    }
+
+    fn zeroed(len: usize) -> Self {
+        assert!(len > 0 && len.is_multiple_of(BLOCK));
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(Self::layout(len)) };
+        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(Self::layout(len)));
+        AlignedBuf { ptr, len }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points at `len` initialized bytes this value owns.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this same layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}
