@@ -26,7 +26,7 @@ pub mod sign;
 
 pub use request::Request;
 pub use response::{parse_response, Response};
-pub use sign::Credentials;
+pub use sign::{account_sas, service_sas, Credentials};
 
 /// The development storage account every emulator accepts.
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";

@@ -225,6 +225,27 @@ pub fn service_sas(creds: &Credentials, queue: &str, permissions: &str, expiry: 
     )
 }
 
+/// The query string (without `?`) of an account SAS for the Queue service
+/// (`ss=q`), signed with `creds` (the string-to-sign of "Create an account
+/// SAS", version 2020-12-06 and later, with no start, IP, protocol or
+/// encryption scope). `resource_types` are among `sco`, `permissions` the
+/// letters (e.g. `rwdlacup`), `expiry` an ISO 8601 UTC time.
+pub fn account_sas(creds: &Credentials, resource_types: &str, permissions: &str, expiry: &str) -> String {
+    const VERSION: &str = "2020-12-06";
+    let sts = format!(
+        "{}\n{permissions}\nq\n{resource_types}\n\n{expiry}\n\n\n{VERSION}\n\n",
+        creds.account
+    );
+    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, QUERY_VALUE).to_string();
+    format!(
+        "sv={VERSION}&ss=q&srt={}&sp={}&se={}&sig={}",
+        enc(resource_types),
+        enc(permissions),
+        enc(expiry),
+        enc(&creds.sign(&sts))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

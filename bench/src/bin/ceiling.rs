@@ -41,6 +41,12 @@ struct Args {
     /// disk's cheapest commit, docs/machine.md).
     #[arg(long, default_value_t = 256)]
     ring_mib: u64,
+    /// Instead of the ring, write each file of `ring_mib` once, then move on
+    /// to a new fallocated (never written) one and delete the old: the disk
+    /// pattern of a log that creates and deletes segments. Compares what
+    /// commits into unwritten extents cost against overwrites.
+    #[arg(long)]
+    fresh_files: bool,
 }
 
 /// The device's write unit: commits start and end on it (O_DIRECT).
@@ -72,7 +78,7 @@ fn main() {
 
 async fn serve(args: Args) -> std::io::Result<()> {
     let log = match &args.durable {
-        Some(dir) => Some(Rc::new(Log::open(dir, args.ring_mib << 20)?)),
+        Some(dir) => Some(Rc::new(Log::open(dir, args.ring_mib << 20, args.fresh_files)?)),
         None => None,
     };
     let answers = Rc::new(Answers::new());
@@ -191,8 +197,10 @@ impl Answers {
 
 /// The durable log: a ring file on one core, written in aligned groups.
 struct Log {
-    file: Arc<File>,
+    file: RefCell<Arc<File>>,
     ring: u64,
+    /// `--fresh-files`: the directory and the current file's number.
+    fresh: Option<(PathBuf, Cell<u64>)>,
     /// Where the next group starts.
     pos: Cell<u64>,
     /// Bodies waiting for the next group, and that group's number.
@@ -205,26 +213,47 @@ struct Log {
 }
 
 impl Log {
-    fn open(dir: &std::path::Path, ring: u64) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join("ceiling.log");
-        let file = std::fs::OpenOptions::new()
+    fn create(path: &std::path::Path) -> std::io::Result<File> {
+        std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
             .custom_flags(libc::O_DIRECT)
-            .open(&path)?;
-        // Write the ring once, so commits overwrite written blocks.
-        let zeros = AlignedBuf::zeroed(1 << 20);
-        let mut at = 0;
-        while at < ring {
-            file.write_all_at(zeros.as_slice(), at)?;
-            at += zeros.len() as u64;
+            .open(path)
+    }
+
+    /// A new file of `len` bytes whose blocks are reserved but unwritten.
+    fn fallocated(path: &std::path::Path, len: u64) -> std::io::Result<File> {
+        use std::os::fd::AsRawFd;
+        let file = Self::create(path)?;
+        // SAFETY: fallocate only takes the descriptor and a range.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
         file.sync_all()?;
+        Ok(file)
+    }
+
+    fn open(dir: &std::path::Path, ring: u64, fresh_files: bool) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let file = if fresh_files {
+            Self::fallocated(&dir.join("0.log"), ring)?
+        } else {
+            let file = Self::create(&dir.join("ceiling.log"))?;
+            // Write the ring once, so commits overwrite written blocks.
+            let zeros = AlignedBuf::zeroed(1 << 20);
+            let mut at = 0;
+            while at < ring {
+                file.write_all_at(zeros.as_slice(), at)?;
+                at += zeros.len() as u64;
+            }
+            file.sync_all()?;
+            file
+        };
         Ok(Log {
-            file: Arc::new(file),
+            file: RefCell::new(Arc::new(file)),
+            fresh: fresh_files.then(|| (dir.to_path_buf(), Cell::new(0))),
             ring,
             pos: Cell::new(0),
             open: RefCell::new(Vec::with_capacity(256 * 1024)),
@@ -270,9 +299,24 @@ impl Log {
         let mut at = self.pos.get();
         if at + buf.len() as u64 > self.ring {
             at = 0;
+            if let Some((dir, n)) = &self.fresh {
+                // Like a log's rotation: the next file is made ahead of
+                // time (off the executor), the old one deleted.
+                let (dir, old, ring) = (dir.clone(), n.get(), self.ring);
+                n.set(old + 1);
+                let next = glommio::executor()
+                    .spawn_blocking(move || -> std::io::Result<File> {
+                        let f = Self::fallocated(&dir.join(format!("{}.log", old + 1)), ring)?;
+                        std::fs::remove_file(dir.join(format!("{old}.log")))?;
+                        File::open(&dir)?.sync_all()?;
+                        Ok(f)
+                    })
+                    .await?;
+                *self.file.borrow_mut() = Arc::new(next);
+            }
         }
         self.pos.set(at + buf.len() as u64);
-        let file = self.file.clone();
+        let file = self.file.borrow().clone();
         let result = glommio::executor()
             .spawn_blocking(move || -> std::io::Result<()> {
                 file.write_all_at(buf.as_slice(), at)?;

@@ -59,7 +59,9 @@ struct Args {
     /// Base64 account key for Shared Key signing.
     #[arg(long, default_value = DEV_KEY)]
     key: String,
-    /// A SAS token (the query string, without '?') to use instead of Shared Key.
+    /// A SAS token (the query string, without '?') to use instead of Shared
+    /// Key; `account` mints an account SAS from --account and --key (no
+    /// signing per request, like a client holding a SAS URL).
     #[arg(long)]
     sas: Option<String>,
     /// What each request does.
@@ -564,6 +566,15 @@ fn main() {
         eprintln!("--key is not base64");
         std::process::exit(2)
     });
+    let mut args = args;
+    if args.sas.as_deref() == Some("account") {
+        args.sas = Some(hematite_client::account_sas(
+            &key,
+            "sco",
+            "rwdlacup",
+            "2099-01-01T00:00:00Z",
+        ));
+    }
     let a = args.clone();
     let k = key.clone();
     if let Err(e) = on_executor(args.cpu, move || setup(Rc::new(a), Rc::new(k))) {
