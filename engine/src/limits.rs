@@ -76,3 +76,7 @@ pub const COMPACTION_SPACE_FACTOR: u64 = 4;
 /// Compaction: a sealed segment whose live fraction is at or below this
 /// (percent) is rewritten as soon as it is the oldest one.
 pub const COMPACTION_LIVE_PERCENT: u64 = 50;
+
+/// A group commit taking this long is logged: it holds every request that
+/// waits for it (docs/benchmarks.md, "Where the stalls come from").
+pub const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(50);

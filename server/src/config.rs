@@ -18,6 +18,15 @@ pub enum SyncFlag {
     Uring,
 }
 
+/// How a new WAL segment's space is reserved (docs/decisions/0003 and 0005).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreallocFlag {
+    /// fallocate only: commits write into unwritten extents.
+    Fallocate,
+    /// fallocate, then write zeros once, so commits are pure overwrites.
+    ZeroFill,
+}
+
 /// Hematite: an Azure Queue Storage server. With no arguments it serves
 /// http://127.0.0.1:10001/devstoreaccount1 with the well-known development
 /// account and key, storing data in ./hematite-data.
@@ -54,6 +63,10 @@ pub struct Config {
     /// How fdatasync is issued (docs/decisions/0002-fdatasync-path.md).
     #[arg(long, env = "HEMATITE_FDATASYNC", value_enum, default_value_t = SyncFlag::Blocking)]
     pub fdatasync: SyncFlag,
+
+    /// How new WAL segments are prepared.
+    #[arg(long, env = "HEMATITE_PREALLOCATE", value_enum, default_value_t = PreallocFlag::Fallocate)]
+    pub preallocate: PreallocFlag,
 
     /// io_uring registered buffer memory per shard, in KiB. Counts against
     /// `ulimit -l` (memlock).

@@ -68,6 +68,9 @@ pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
 /// How often each core proves to the main thread that it still runs.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// A heartbeat this late is logged: the core did not get back to its
+/// timers, so it held every request on it for about as long.
+pub const LATE_CORE: Duration = Duration::from_millis(40);
 /// A core whose heartbeat stands still this long is stuck (a deadlock, an
 /// endless loop, a hung io_uring): the process exits so a supervisor
 /// restarts it, as for a panic (decision 0004).

@@ -5,14 +5,14 @@
 //! graceful drain.
 
 use crate::auth::Account;
-use crate::config::{Config, SyncFlag};
+use crate::config::{Config, PreallocFlag, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
-use crate::limits::{DRAIN_LIMIT, HEARTBEAT_INTERVAL, MAINTENANCE_INTERVAL, SHARD_STALL_LIMIT};
+use crate::limits::{DRAIN_LIMIT, HEARTBEAT_INTERVAL, LATE_CORE, MAINTENANCE_INTERVAL, SHARD_STALL_LIMIT};
 use crate::router::{self, Router};
 use crate::service::ServiceStore;
 use crate::startup;
-use engine::disk::dma::{DmaDisk, SyncPath};
+use engine::disk::dma::{DmaDisk, Preallocation, SyncPath};
 use engine::shard::ShardConfig;
 use engine::wal::RecoveryMode;
 use engine::{Shard, SystemClock};
@@ -282,7 +282,14 @@ async fn heartbeat(i: usize, beats: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) 
         if let Some(b) = beats.get(i) {
             b.fetch_add(1, Ordering::Relaxed);
         }
+        let slept = std::time::Instant::now();
         glommio::timer::sleep(HEARTBEAT_INTERVAL).await;
+        // A core that runs its timers late holds every request on it: say
+        // so, with how late (an operator's first clue to a stalled core).
+        let late = slept.elapsed().saturating_sub(HEARTBEAT_INTERVAL);
+        if late >= LATE_CORE {
+            tracing::warn!(shard = i, late_ms = late.as_millis() as u64, "core ran late");
+        }
     }
 }
 
@@ -333,7 +340,28 @@ async fn shard_main(
     // Everything acknowledged is already durable; this makes sure nothing
     // appended by background work is left unsynced either.
     let _ = shard.wal().wait_durable(shard.wal().last_lsn()).await;
+    log_commit_stats(i, &shard.commit_stats());
     Ok(())
+}
+
+/// One line per shard at shutdown: what its group commits cost. The bucket
+/// bounds are powers of two, so a quantile reads "at most".
+fn log_commit_stats(i: usize, s: &engine::wal::CommitStats) {
+    let per_commit = s.records.checked_div(s.commits).unwrap_or(0);
+    tracing::info!(
+        shard = i,
+        commits = s.commits,
+        records = s.records,
+        records_per_commit = per_commit,
+        max_records = s.max_records,
+        fdatasync_p50_us_at_most = s.sync.quantile_upper_us(0.5),
+        fdatasync_p99_us_at_most = s.sync.quantile_upper_us(0.99),
+        fdatasync_max_us = s.sync.max_us,
+        write_max_us = s.write.max_us,
+        commit_p99_us_at_most = s.total.quantile_upper_us(0.99),
+        commit_max_us = s.total.max_us,
+        "group commits"
+    );
 }
 
 /// Opens (recovers) this core's shard from its directory.
@@ -343,9 +371,14 @@ async fn open_shard(i: usize, cfg: &Config) -> Result<Rc<Shard<DmaDisk>>, String
         SyncFlag::Uring => SyncPath::Uring,
     };
     let dir = cfg.data_dir.join(format!("shard-{i:03}"));
+    let prealloc = match cfg.preallocate {
+        PreallocFlag::Fallocate => Preallocation::Fallocate,
+        PreallocFlag::ZeroFill => Preallocation::ZeroFill,
+    };
     let disk = DmaDisk::open(&dir, sync)
         .await
-        .map_err(|e| format!("opening {}: {e}", dir.display()))?;
+        .map_err(|e| format!("opening {}: {e}", dir.display()))?
+        .with_preallocation(prealloc);
     let mut scfg = ShardConfig::new(i as u32);
     scfg.segment_bytes = (cfg.segment_mib.max(1)) << 20;
     scfg.body_cache_bytes = cfg.body_cache_mib << 20;

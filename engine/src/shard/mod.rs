@@ -1064,6 +1064,11 @@ impl<D: Disk> Shard<D> {
 
     // ----- inspection -----
 
+    /// What the shard's group commits did since it opened.
+    pub fn commit_stats(&self) -> crate::wal::CommitStats {
+        self.wal.commit_stats()
+    }
+
     pub fn segment_stats(&self) -> Vec<SegmentStat> {
         self.wal.segment_stats()
     }

@@ -19,6 +19,7 @@
 pub mod frame;
 pub mod record;
 pub mod recovery;
+pub mod stats;
 
 use crate::disk::{Disk, DiskFile};
 use crate::error::StorageError;
@@ -29,8 +30,10 @@ use record::Record;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
+use std::time::Instant;
 
 pub use recovery::{RecoveryMode, RecoveryReport};
+pub use stats::CommitStats;
 
 /// Bytes of the commit marker frame at the start of every batch.
 const COMMIT_FRAME_LEN: usize = FRAME_HEADER_LEN + 8;
@@ -179,6 +182,7 @@ struct State<F> {
     poisoned: Option<String>,
     alignment: u64,
     commits: u64,
+    stats: CommitStats,
     /// Buffers of written batches, kept for the next ones.
     spare: Vec<Vec<u8>>,
     /// Where a record's body is encoded before it is framed (reused).
@@ -224,6 +228,7 @@ impl<D: Disk> Wal<D> {
                 poisoned: None,
                 alignment: 512,
                 commits: 0,
+                stats: CommitStats::default(),
                 spare: Vec::new(),
                 scratch: Vec::new(),
             }),
@@ -249,6 +254,11 @@ impl<D: Disk> Wal<D> {
     /// The LSN of the newest appended record.
     pub fn last_lsn(&self) -> u64 {
         self.st.borrow().next_lsn - 1
+    }
+
+    /// What the group commits did since open.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.st.borrow().stats.clone()
     }
 
     /// Number of group commits (write + fdatasync) done since open.
@@ -318,6 +328,7 @@ impl<D: Disk> Wal<D> {
             (st.tail_seg + 1, st.next_lsn)
         };
         let name = segment_name(seq);
+        let started = Instant::now();
         let result = async {
             let io = |e| StorageError::io(self.disk.describe(&name), e);
             let file = self.disk.create(&name).await.map_err(io)?;
@@ -351,6 +362,11 @@ impl<D: Disk> Wal<D> {
             })
         }
         .await;
+        tracing::debug!(
+            shard = self.cfg.shard_id,
+            ms = started.elapsed().as_millis() as u64,
+            "prepared segment {name}"
+        );
         let mut st = self.st.borrow_mut();
         st.preparing = false;
         let out = match result {
@@ -532,10 +548,26 @@ impl<D: Disk> Wal<D> {
             }
         }
         let mut guard = Guard(self, false);
+        let started = Instant::now();
         let result = self.write_batch(batch).await;
         guard.1 = true;
+        let took = started.elapsed();
         let mut st = self.st.borrow_mut();
         st.committing = false;
+        st.stats.commits += 1;
+        st.stats.total.record(took);
+        if took >= SLOW_COMMIT {
+            let (write, sync, records, sealed) = st.stats.last;
+            tracing::warn!(
+                shard = self.cfg.shard_id,
+                ms = took.as_millis() as u64,
+                write_us = write.as_micros() as u64,
+                fdatasync_us = sync.as_micros() as u64,
+                records,
+                rotation = sealed,
+                "slow group commit"
+            );
+        }
         match result {
             Ok(last) => {
                 debug_assert!(last > st.durable_lsn, "durable LSN must advance");
@@ -571,12 +603,24 @@ impl<D: Disk> Wal<D> {
         let padded = align_up(b.buf.len() as u64, align) as usize;
         b.buf.resize(padded, 0);
         let name = segment_name(b.seg);
+        let started = Instant::now();
         file.write_at(&b.buf, b.base)
             .await
             .map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
+        let written = Instant::now();
         file.sync()
             .await
             .map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
+        {
+            let mut st = self.st.borrow_mut();
+            let stats = &mut st.stats;
+            stats.write.record(written - started);
+            stats.sync.record(written.elapsed());
+            stats.last = (written - started, written.elapsed(), b.records, b.seal.is_some());
+            stats.records += u64::from(b.records);
+            stats.bytes += padded as u64;
+            stats.max_records = stats.max_records.max(u64::from(b.records));
+        }
         // The previous segment is sealed only once the first commit of this
         // one is durable, and its SEGMENT_END names that commit: a sealed
         // segment thus proves its successor was used, so recovery can tell a
@@ -669,9 +713,14 @@ impl<D: Disk> Wal<D> {
         }
         let name = segment_name(seq);
         let io = |e| StorageError::io(self.disk.describe(&name), e);
+        let started = Instant::now();
         self.disk.remove(&name).await.map_err(io)?;
         self.disk.sync_dir().await.map_err(io)?;
-        tracing::debug!(shard = self.cfg.shard_id, "removed dead segment {name}");
+        tracing::debug!(
+            shard = self.cfg.shard_id,
+            ms = started.elapsed().as_millis() as u64,
+            "removed dead segment {name}"
+        );
         Ok(true)
     }
 
