@@ -11,6 +11,13 @@ use std::rc::Rc;
 /// grow the cache without bound.
 pub const ENTRY_OVERHEAD: usize = 96;
 
+/// The cache holds at most one entry per this many bytes of capacity. The
+/// LRU's hash table is sized for that count when the cache is made, so it
+/// never doubles under load: one doubling of a table of a few hundred
+/// thousand entries held the core for tens of milliseconds. Bodies smaller
+/// than this fill the entry count before the byte budget.
+pub const BYTES_PER_ENTRY_SLOT: usize = 512;
+
 /// Where a body lives: segment and byte offset of the text.
 pub type BodyKey = (u64, u64);
 
@@ -26,8 +33,11 @@ pub struct BodyCache {
 
 impl BodyCache {
     pub fn new(capacity: usize) -> Self {
+        // At least a few slots, so a tiny cache is bounded by bytes.
+        let slots = std::num::NonZeroUsize::new((capacity / BYTES_PER_ENTRY_SLOT).max(64))
+            .unwrap_or(std::num::NonZeroUsize::MIN);
         BodyCache {
-            lru: LruCache::unbounded(),
+            lru: LruCache::new(slots),
             bytes: 0,
             capacity,
             loading: HashSet::new(),
@@ -55,7 +65,9 @@ impl BodyCache {
             return;
         }
         self.bytes += Self::cost(&body);
-        if let Some(old) = self.lru.put(key, body) {
+        // `push` returns the entry it replaced or, when the entry count is
+        // at its bound, the least recently used one it evicted.
+        if let Some((_, old)) = self.lru.push(key, body) {
             self.bytes -= Self::cost(&old);
         }
         while self.bytes > self.capacity {
@@ -120,6 +132,17 @@ mod tests {
         assert_eq!(c.bytes(), 8 + 2 * ENTRY_OVERHEAD);
         c.remove((1, 0));
         assert_eq!(c.bytes(), 4 + ENTRY_OVERHEAD);
+    }
+
+    #[test]
+    fn the_entry_bound_evicts_and_keeps_the_byte_count() {
+        let mut c = BodyCache::new(64 * BYTES_PER_ENTRY_SLOT);
+        for i in 0..200u64 {
+            c.insert((1, i), Rc::from(&b"xy"[..]));
+        }
+        assert_eq!(c.len(), 64, "small bodies stop at the entry bound");
+        assert_eq!(c.bytes(), 64 * (2 + ENTRY_OVERHEAD));
+        assert!(c.get((1, 199)).is_some() && c.get((1, 0)).is_none());
     }
 
     #[test]

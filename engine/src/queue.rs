@@ -4,7 +4,7 @@
 //! queue, so no locks.
 
 use crate::model::{Metadata, SignedIdentifier};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 /// Where a message's text is in the WAL, and the size of the frame holding it
@@ -82,8 +82,13 @@ pub struct Queue {
     /// LSN of the newest record that touched this queue; reads wait for it to
     /// be durable so they never show state a crash could take back.
     pub last_lsn: u64,
-    messages: HashMap<u64, Message>,
-    by_id: HashMap<Uuid, u64>,
+    // B-trees, not hash maps: a hash map doubles its table in one step,
+    // and for a queue of a million messages that step (allocating, faulting
+    // in and rehashing tens of MiB) held the core for 50-500 ms
+    // (docs/benchmarks.md, "Where the stalls came from"). A B-tree grows a
+    // node at a time; sequence numbers only increase, so inserts append.
+    messages: BTreeMap<u64, Message>,
+    by_id: BTreeMap<Uuid, u64>,
     visibility: VisibilityIndex,
     expiry: BTreeSet<(u64, u64)>,
 }
@@ -99,8 +104,8 @@ impl Queue {
             def_seg: 0,
             def_frame_len: 0,
             last_lsn: 0,
-            messages: HashMap::new(),
-            by_id: HashMap::new(),
+            messages: BTreeMap::new(),
+            by_id: BTreeMap::new(),
             visibility: VisibilityIndex::default(),
             expiry: BTreeSet::new(),
         }
@@ -195,7 +200,7 @@ impl Queue {
         self.visibility = VisibilityIndex::default();
         self.expiry.clear();
         self.by_id.clear();
-        self.messages.drain().map(|(_, m)| m).collect()
+        std::mem::take(&mut self.messages).into_values().collect()
     }
 
     /// Invariant check used by tests and after recovery.
