@@ -39,6 +39,10 @@ impl Target {
 
 /// Decodes one query component with form rules: `+` is a space, `%XX` a byte.
 pub fn form_decode(s: &str) -> Result<String, ApiError> {
+    // Most names and values have nothing to decode: one copy, no scans.
+    if !s.bytes().any(|b| b == b'+' || b == b'%') {
+        return Ok(s.to_string());
+    }
     let spaced = s.replace('+', " ");
     if has_bad_escape(&spaced) {
         return Err(ApiError::invalid_uri());
