@@ -296,3 +296,75 @@ fn concurrent_set_service_properties_lose_no_update() {
         );
     }
 }
+
+/// Delete Message Batch (docs/EXTENSIONS.md): one answer per message, in
+/// order; only the messages whose receipts match are gone.
+#[test]
+fn delete_message_batch_answers_each_message_in_order() {
+    let server = TestServer::start();
+    let mut c = client::Client::new(server.port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/batchq", &[], b"").unwrap().status, 201);
+    for i in 0..3 {
+        let put = c.call(
+            "POST",
+            "/devstoreaccount1/batchq/messages",
+            &[],
+            &client::message_xml(&format!("m{i}")),
+        );
+        assert_eq!(put.unwrap().status, 201);
+    }
+    let got = c
+        .call(
+            "GET",
+            "/devstoreaccount1/batchq/messages?numofmessages=3&visibilitytimeout=1",
+            &[],
+            b"",
+        )
+        .unwrap();
+    let ids = client::all_between(&got.body, "MessageId");
+    let receipts = client::all_between(&got.body, "PopReceipt");
+    assert_eq!(ids.len(), 3, "{}", got.body);
+    let entry = |id: &str, receipt: &str| {
+        format!("<Message><MessageId>{id}</MessageId><PopReceipt>{receipt}</PopReceipt></Message>")
+    };
+    let body = format!(
+        "<BatchDelete>{}{}{}{}</BatchDelete>",
+        entry(&ids[0], &receipts[0]),
+        entry(&ids[1], &receipts[0]), // another message's receipt: 404, as Delete Message
+        entry("00000000-0000-0000-0000-000000000000", &receipts[2]),
+        entry(&ids[2], &receipts[2]),
+    );
+    let target = "/devstoreaccount1/batchq/messages?comp=batchdelete";
+    let r = c.call("POST", target, &[], body.as_bytes()).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        client::all_between(&r.body, "Status"),
+        ["204", "404", "404", "204"],
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        client::all_between(&r.body, "Code"),
+        ["MessageNotFound", "MessageNotFound"],
+        "{}",
+        r.body
+    );
+    assert_eq!(client::all_between(&r.body, "MessageId")[0], ids[0]);
+    // Once visible again, only the message with the wrong receipt is left.
+    std::thread::sleep(Duration::from_millis(1100));
+    let left = c
+        .call(
+            "GET",
+            "/devstoreaccount1/batchq/messages?numofmessages=32&peekonly=true",
+            &[],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(client::all_between(&left.body, "MessageText"), ["m1"], "{}", left.body);
+    // Empty, oversized and GET batches are refused.
+    let empty = c.call("POST", target, &[], b"<BatchDelete></BatchDelete>").unwrap();
+    assert_eq!(empty.status, 400);
+    let big = format!("<BatchDelete>{}</BatchDelete>", entry(&ids[0], &receipts[0]).repeat(33));
+    assert_eq!(c.call("POST", target, &[], big.as_bytes()).unwrap().status, 400);
+    assert_eq!(c.call("GET", target, &[], b"").unwrap().status, 400);
+}

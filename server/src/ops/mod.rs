@@ -20,6 +20,7 @@ mod clear_messages;
 pub mod cors;
 mod create_queue;
 mod delete_message;
+mod delete_message_batch;
 mod delete_queue;
 mod get_messages;
 mod get_queue_acl;
@@ -108,6 +109,7 @@ pub async fn run<D: Disk>(
         ClearMessages => go::<clear_messages::ClearMessages, D>(ctx, req, t, who).await,
         DeleteMessage => go::<delete_message::DeleteMessage, D>(ctx, req, t, who).await,
         UpdateMessage => go::<update_message::UpdateMessage, D>(ctx, req, t, who).await,
+        DeleteMessageBatch => go::<delete_message_batch::DeleteMessageBatch, D>(ctx, req, t, who).await,
     }
 }
 
@@ -130,6 +132,8 @@ pub enum Operation {
     ClearMessages,
     DeleteMessage,
     UpdateMessage,
+    /// Hematite extension (docs/EXTENSIONS.md).
+    DeleteMessageBatch,
 }
 
 fn bad_comp(comp: &str) -> ApiError {
@@ -171,9 +175,12 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
     }
     if t.messages {
         // Message operations take no comp; accepting one would let a signed
-        // `?comp=metadata` read run as a dequeue.
-        if let Some(c) = comp {
-            return Err(bad_comp(c));
+        // `?comp=metadata` read run as a dequeue. The one extension comp is
+        // a POST and needs Delete Message's permission.
+        match (m, comp) {
+            ("POST", Some("batchdelete")) => return Ok(DeleteMessageBatch),
+            (_, Some(c)) => return Err(bad_comp(c)),
+            _ => {}
         }
         return match m {
             "POST" => Ok(PutMessage),
@@ -217,6 +224,7 @@ pub fn needs(op: Operation) -> Needs {
         ClearMessages => <clear_messages::ClearMessages as Op>::NEEDS,
         DeleteMessage => <delete_message::DeleteMessage as Op>::NEEDS,
         UpdateMessage => <update_message::UpdateMessage as Op>::NEEDS,
+        DeleteMessageBatch => <delete_message_batch::DeleteMessageBatch as Op>::NEEDS,
     }
 }
 
@@ -347,6 +355,7 @@ mod tests {
             ("DELETE", "/a/q/messages", Ok(ClearMessages)),
             ("DELETE", "/a/q/messages/id?popreceipt=x", Ok(DeleteMessage)),
             ("PUT", "/a/q/messages/id?popreceipt=x", Ok(UpdateMessage)),
+            ("POST", "/a/q/messages?comp=batchdelete", Ok(DeleteMessageBatch)),
         ];
         for (m, p, want) in cases {
             assert_eq!(
