@@ -290,7 +290,10 @@ fn plain_message_text(body: &str) -> Option<&str> {
         }
         rest = after.trim_start_matches([' ', '\t', '\n']);
     }
-    let text = rest.strip_prefix(OPEN)?.trim_end_matches([' ', '\t', '\n']).strip_suffix(CLOSE)?;
+    let text = rest
+        .strip_prefix(OPEN)?
+        .trim_end_matches([' ', '\t', '\n'])
+        .strip_suffix(CLOSE)?;
     let simple = !text.bytes().any(|b| matches!(b, b'<' | b'&' | b'\r')) && !text.contains("]]>");
     simple.then_some(text)
 }
@@ -404,16 +407,32 @@ mod tests {
         if root.name != "QueueMessage" {
             return Err("root".into());
         }
-        root.child("MessageText").map(|n| n.text.clone()).ok_or_else(|| "child".into())
+        root.child("MessageText")
+            .map(|n| n.text.clone())
+            .ok_or_else(|| "child".into())
     }
 
     #[test]
     fn the_fast_message_path_agrees_with_the_reader() {
         let texts = [
-            "", "hello", "a > b", "tab\tand\nnewline", "caf\u{e9} \u{1F600}", "  spaced  ", "x]]y", "\u{FFFD}",
-            "bad\u{1}", "bad\u{FFFE}", "bad\u{FFFF}", "\u{EFFF}ok",
+            "",
+            "hello",
+            "a > b",
+            "tab\tand\nnewline",
+            "caf\u{e9} \u{1F600}",
+            "  spaced  ",
+            "x]]y",
+            "\u{FFFD}",
+            "bad\u{1}",
+            "bad\u{FFFE}",
+            "bad\u{FFFF}",
+            "\u{EFFF}ok",
         ];
-        let decls = ["", "<?xml version='1.0' encoding='utf-8'?>\n", "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"];
+        let decls = [
+            "",
+            "<?xml version='1.0' encoding='utf-8'?>\n",
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>",
+        ];
         for decl in decls {
             for t in texts {
                 for tail in ["", "\n", "  "] {
