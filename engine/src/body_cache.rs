@@ -23,6 +23,8 @@ pub type BodyKey = (u64, u64);
 
 pub struct BodyCache {
     lru: LruCache<BodyKey, Rc<[u8]>>,
+    /// The entry bound (the LRU's own capacity is twice this).
+    max_entries: usize,
     bytes: usize,
     capacity: usize,
     /// Keys being read from disk; `remove` cancels their insert.
@@ -34,10 +36,14 @@ pub struct BodyCache {
 impl BodyCache {
     pub fn new(capacity: usize) -> Self {
         // At least a few slots, so a tiny cache is bounded by bytes.
-        let slots = std::num::NonZeroUsize::new((capacity / BYTES_PER_ENTRY_SLOT).max(64))
-            .unwrap_or(std::num::NonZeroUsize::MIN);
+        let max_entries = (capacity / BYTES_PER_ENTRY_SLOT).max(64);
+        // The table gets room for twice the entries it will hold: removals
+        // leave tombstones, and a table more than half full when they use
+        // up its free slots grows (doubles) instead of rehashing in place.
+        let table = std::num::NonZeroUsize::new(max_entries.saturating_mul(2)).unwrap_or(std::num::NonZeroUsize::MIN);
         BodyCache {
-            lru: LruCache::new(slots),
+            lru: LruCache::new(table),
+            max_entries,
             bytes: 0,
             capacity,
             loading: HashSet::new(),
@@ -65,12 +71,12 @@ impl BodyCache {
             return;
         }
         self.bytes += Self::cost(&body);
-        // `push` returns the entry it replaced or, when the entry count is
-        // at its bound, the least recently used one it evicted.
+        // `push` returns the entry it replaced (the LRU's own bound is never
+        // reached: ours, below, is half of it).
         if let Some((_, old)) = self.lru.push(key, body) {
             self.bytes -= Self::cost(&old);
         }
-        while self.bytes > self.capacity {
+        while self.bytes > self.capacity || self.lru.len() > self.max_entries {
             let (_, evicted) = self.lru.pop_lru().expect("bytes > 0 implies entries");
             self.bytes -= Self::cost(&evicted);
         }

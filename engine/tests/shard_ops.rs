@@ -547,3 +547,38 @@ fn bodies_survive_cache_eviction() {
         assert!(misses > 0 && bytes <= 16 * 1024);
     });
 }
+
+/// Clear Messages answers without releasing each message: the messages are
+/// gone from the queue at once, their records stay pinned until maintenance
+/// releases them in slices, and then nothing is left pinned but the queue's
+/// definition and the clock.
+#[test]
+fn clear_releases_its_messages_in_maintenance() {
+    let (_d, _c, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "qu1", md(&[])).await.unwrap();
+        let n = RELEASE_SLICE + 7; // two slices
+                                   // Concurrent puts share group commits: the test stays fast.
+        let puts = (0..n).map(|i| s.put_message(ACCT, "qu1", format!("m{i}"), None, None));
+        for r in futures::future::join_all(puts).await {
+            r.unwrap();
+        }
+        let live = |s: &engine::shard::Shard<engine::disk::sim::SimDisk>| {
+            s.segment_stats().iter().map(|x| x.live_records).sum::<u64>()
+        };
+        let before = live(&s);
+        assert!(before >= n as u64);
+        s.clear_messages(ACCT, "qu1").await.unwrap();
+        assert!(s.peek_messages(ACCT, "qu1", Some(32)).await.unwrap().is_empty());
+        assert_eq!(live(&s), before, "released lazily, not in the request");
+        assert_eq!(s.message_count(), n, "pending releases still count as held");
+        s.maintenance().await.unwrap();
+        assert_eq!(s.message_count(), 0);
+        assert!(
+            live(&s) <= 2,
+            "only the definition and the clock stay pinned: {}",
+            live(&s)
+        );
+        assert_eq!(s.cache_len(), 0, "cleared bodies leave the cache");
+    });
+}

@@ -28,13 +28,18 @@ impl<D: Disk> Shard<D> {
             };
             self.wal.prepare_ahead(now).await?;
             loop {
+                self.release_cleared().await;
                 if self.wal.remove_oldest_if_dead().await? {
                     report.segments_removed += 1;
                     continue;
                 }
-                match self.rewrite_candidate() {
-                    Some(seg) => report.records_rewritten += self.rewrite_segment(seg).await?,
-                    None => break,
+                let Some(seg) = self.rewrite_candidate() else { break };
+                let rewritten = self.rewrite_segment(seg).await?;
+                report.records_rewritten += rewritten;
+                // Records still pinned by cleared messages released since
+                // cannot be moved; stop rather than retry the same segment.
+                if rewritten == 0 {
+                    break;
                 }
             }
             Ok(report)
@@ -73,6 +78,9 @@ impl<D: Disk> Shard<D> {
                 add(m.body.seg, m.body.frame_len);
             }
         }
+        for m in st.cleared.iter().flat_map(Cleared::messages) {
+            add(m.body.seg, m.body.frame_len);
+        }
         for s in self.wal.segment_stats() {
             let (records, bytes) = want.remove(&s.seq).unwrap_or_default();
             assert_eq!(
@@ -86,6 +94,27 @@ impl<D: Disk> Shard<D> {
             want.is_empty(),
             "state references segments the WAL no longer has: {want:?}"
         );
+    }
+
+    /// Releases the messages Clear Messages and Delete Queue took out of
+    /// their queues: unpins their records and drops their cached bodies,
+    /// `RELEASE_SLICE` at a time with a yield between slices, so that
+    /// clearing a queue of millions never holds the core in one step
+    /// (docs/benchmarks.md, "Where the stalls came from").
+    pub(super) async fn release_cleared(&self) {
+        loop {
+            {
+                let mut st = self.st.borrow_mut();
+                let Some(c) = st.cleared.last_mut() else { return };
+                for m in c.pop_some(RELEASE_SLICE) {
+                    self.unpin_message(&m);
+                }
+                if c.is_empty() {
+                    st.cleared.pop();
+                }
+            }
+            futures_lite::future::yield_now().await;
+        }
     }
 
     /// The oldest sealed segment, if rewriting its live records is worth it:

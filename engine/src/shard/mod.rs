@@ -22,7 +22,7 @@ use crate::disk::Disk;
 use crate::error::{QueueError, StorageError};
 use crate::limits::*;
 use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, SignedIdentifier};
-use crate::queue::{BodyLoc, Message, Queue};
+use crate::queue::{BodyLoc, Cleared, Message, Queue};
 use crate::wal::frame::FRAME_HEADER_LEN;
 use crate::wal::record::{Dequeued, MessageState, Record, MESSAGE_STATE_FIXED};
 use crate::wal::{segment_name, RecordPos, RecoveryMode, RecoveryReport, SegmentReader, SegmentStat, Wal, WalConfig};
@@ -162,6 +162,9 @@ struct State {
     /// seen yet. Compaction rewrites a queue's definition at the head of the
     /// log, after records of its messages, so those come first on replay.
     orphans: HashMap<u64, Queue>,
+    /// Messages cleared or deleted with their queue, still pinned, released
+    /// a slice at a time by maintenance (`release_cleared`).
+    cleared: Vec<Cleared>,
 }
 
 impl State {
@@ -327,6 +330,7 @@ impl<D: Disk> Shard<D> {
             clock_lsn: 0,
             clock_pos: None,
             orphans: HashMap::new(),
+            cleared: Vec::new(),
         };
         let wal_cfg = WalConfig {
             shard_id: cfg.shard_id,
@@ -553,9 +557,7 @@ impl<D: Disk> Shard<D> {
             let mut q = st.queues.remove(&qid).expect("named queue exists");
             st.names.remove(&(q.account.clone(), q.name.clone()));
             wal.unpin(q.def_seg, q.def_frame_len);
-            for m in q.clear() {
-                self.unpin_message(&m);
-            }
+            st.cleared.push(q.take_all());
             Ok(((), pos.lsn))
         })
         .await
@@ -1054,9 +1056,8 @@ impl<D: Disk> Shard<D> {
             let q = st.queue_mut(account, name)?;
             let pos = wal.append(&Record::QueueCleared { qid: q.qid })?;
             q.last_lsn = pos.lsn;
-            for m in q.clear() {
-                self.unpin_message(&m);
-            }
+            let cleared = q.take_all();
+            st.cleared.push(cleared);
             Ok(((), pos.lsn))
         })
         .await
@@ -1086,7 +1087,9 @@ impl<D: Disk> Shard<D> {
     /// Messages held in memory (expired ones not yet purged included): the
     /// cache may only hold bodies of these, which the simulator checks.
     pub fn message_count(&self) -> usize {
-        self.st.borrow().queues.values().map(|q| q.len()).sum()
+        let st = self.st.borrow();
+        let cleared: usize = st.cleared.iter().map(Cleared::len).sum();
+        st.queues.values().map(|q| q.len()).sum::<usize>() + cleared
     }
 
     /// Every queue with every message and its text, in canonical order.

@@ -72,12 +72,10 @@ pub(crate) async fn write_seal<F: DiskFile>(
     let mut buf = Vec::with_capacity(align as usize);
     encode_frame(&mut buf, header.seed(), record::kind::SEGMENT_END, lsn, &body);
     buf.resize(align_up(buf.len() as u64, align) as usize, 0);
-    file.write_at(&buf, at)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("write at {at} failed: {e}")))?;
-    file.sync()
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("fdatasync failed: {e}")))?;
+    // Errors pass through unwrapped: their OS code is what turns ENOSPC
+    // into `StorageError::NoSpace` for the caller.
+    file.write_at(&buf, at).await?;
+    file.sync().await?;
     Ok(buf.len() as u64)
 }
 
