@@ -81,6 +81,6 @@ pub const COMPACTION_LIVE_PERCENT: u64 = 50;
 /// waits for it (docs/benchmarks.md, "Where the stalls come from").
 pub const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Messages released per step after Clear Messages or Delete Queue: about a
-/// millisecond of work, then the core serves others.
+/// Messages released per maintenance pass after Clear Messages or Delete
+/// Queue: a millisecond or two of work, then the core serves others.
 pub const RELEASE_SLICE: usize = 4096;

@@ -550,7 +550,7 @@ fn bodies_survive_cache_eviction() {
 
 /// Clear Messages answers without releasing each message: the messages are
 /// gone from the queue at once, their records stay pinned until maintenance
-/// releases them in slices, and then nothing is left pinned but the queue's
+/// releases them a slice per pass, and then nothing is left pinned but the queue's
 /// definition and the clock.
 #[test]
 fn clear_releases_its_messages_in_maintenance() {
@@ -572,6 +572,8 @@ fn clear_releases_its_messages_in_maintenance() {
         assert!(s.peek_messages(ACCT, "qu1", Some(32)).await.unwrap().is_empty());
         assert_eq!(live(&s), before, "released lazily, not in the request");
         assert_eq!(s.message_count(), n, "pending releases still count as held");
+        s.maintenance().await.unwrap();
+        assert_eq!(s.message_count(), 7, "one slice per maintenance pass");
         s.maintenance().await.unwrap();
         assert_eq!(s.message_count(), 0);
         assert!(

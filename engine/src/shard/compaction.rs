@@ -27,8 +27,8 @@ impl<D: Disk> Shard<D> {
                 now
             };
             self.wal.prepare_ahead(now).await?;
+            self.release_cleared_slice();
             loop {
-                self.release_cleared().await;
                 if self.wal.remove_oldest_if_dead().await? {
                     report.segments_removed += 1;
                     continue;
@@ -36,7 +36,7 @@ impl<D: Disk> Shard<D> {
                 let Some(seg) = self.rewrite_candidate() else { break };
                 let rewritten = self.rewrite_segment(seg).await?;
                 report.records_rewritten += rewritten;
-                // Records still pinned by cleared messages released since
+                // Records still pinned by cleared messages not yet released
                 // cannot be moved; stop rather than retry the same segment.
                 if rewritten == 0 {
                     break;
@@ -96,24 +96,21 @@ impl<D: Disk> Shard<D> {
         );
     }
 
-    /// Releases the messages Clear Messages and Delete Queue took out of
-    /// their queues: unpins their records and drops their cached bodies,
-    /// `RELEASE_SLICE` at a time with a yield between slices, so that
-    /// clearing a queue of millions never holds the core in one step
-    /// (docs/benchmarks.md, "Where the stalls came from").
-    pub(super) async fn release_cleared(&self) {
-        loop {
-            {
-                let mut st = self.st.borrow_mut();
-                let Some(c) = st.cleared.last_mut() else { return };
-                for m in c.pop_some(RELEASE_SLICE) {
-                    self.unpin_message(&m);
-                }
-                if c.is_empty() {
-                    st.cleared.pop();
-                }
-            }
-            futures_lite::future::yield_now().await;
+    /// Releases up to `RELEASE_SLICE` of the messages Clear Messages and
+    /// Delete Queue took out of their queues: unpins their records and drops
+    /// their cached bodies. One slice per maintenance pass, so clearing a
+    /// queue of millions never holds the core in one step
+    /// (docs/benchmarks.md, "Where the stalls came from"). A yield between
+    /// slices would not do: glommio runs a task that yields again before it
+    /// polls timers and sockets, until its 100 ms preemption timer fires.
+    pub(super) fn release_cleared_slice(&self) {
+        let mut st = self.st.borrow_mut();
+        let Some(c) = st.cleared.last_mut() else { return };
+        for m in c.pop_some(RELEASE_SLICE) {
+            self.unpin_message(&m);
+        }
+        if c.is_empty() {
+            st.cleared.pop();
         }
     }
 
