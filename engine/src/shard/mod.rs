@@ -41,7 +41,7 @@ pub struct ShardConfig {
     /// Bytes of message bodies kept in memory.
     pub body_cache_bytes: usize,
     pub recovery: RecoveryMode,
-    /// Azurite compatibility: answer a stale pop receipt with 400
+    /// Azurite compatibility: answer a stale pop receipt with
     /// `PopReceiptMismatch` instead of Azure's `MessageNotFound`.
     pub stale_receipt_is_mismatch: bool,
     /// Seed of the generator of pop-receipt nonces. `None` (production):

@@ -554,7 +554,9 @@ impl<D: Disk> Wal<D> {
         st.committing = false;
         st.stats.commits += 1;
         st.stats.total.record(took);
-        if took >= SLOW_COMMIT {
+        // A failed commit poisons the log and says so itself; its split
+        // was never recorded, so only successful commits are reported here.
+        if took >= SLOW_COMMIT && result.is_ok() {
             let (write, sync, records, sealed) = st.stats.last;
             tracing::warn!(
                 shard = self.cfg.shard_id,
