@@ -584,3 +584,40 @@ fn clear_releases_its_messages_in_maintenance() {
         assert_eq!(s.cache_len(), 0, "cleared bodies leave the cache");
     });
 }
+
+/// Delete Message Batch: one group commit for the whole batch, each message
+/// answered on its own.
+#[test]
+fn delete_messages_is_one_commit_with_an_answer_per_message() {
+    let (_d, _c, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "qu1", md(&[])).await.unwrap();
+        for i in 0..4 {
+            s.put_message(ACCT, "qu1", format!("m{i}"), None, None).await.unwrap();
+        }
+        let got = s.get_messages(ACCT, "qu1", Some(4), Some(30)).await.unwrap();
+        let mut items: Vec<(String, String)> = got.iter().map(|m| (m.id.to_string(), m.pop_receipt.clone())).collect();
+        items[1].1 = got[0].pop_receipt.clone(); // another message's receipt
+        items.push(("not-a-uuid".into(), got[2].pop_receipt.clone()));
+        let commits = s.wal().commits();
+        let out = s.delete_messages(ACCT, "qu1", &items).await.unwrap();
+        assert_eq!(s.wal().commits(), commits + 1, "one group commit for the batch");
+        assert_eq!(
+            out,
+            vec![
+                Ok(()),
+                Err(QueueError::MessageNotFound),
+                Ok(()),
+                Ok(()),
+                Err(QueueError::MessageNotFound)
+            ]
+        );
+        let left = s.peek_messages(ACCT, "qu1", Some(32)).await.unwrap();
+        assert!(left.is_empty(), "the one left is invisible");
+        assert_eq!(s.message_count(), 1);
+        assert_eq!(
+            s.delete_messages(ACCT, "nope", &items).await,
+            Err(QueueError::QueueNotFound)
+        );
+    });
+}

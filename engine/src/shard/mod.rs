@@ -979,6 +979,35 @@ impl<D: Disk> Shard<D> {
         .await
     }
 
+    /// Delete Message for several messages of one queue (Hematite's Delete
+    /// Message Batch): every delete is appended in one synchronous step, so
+    /// one group commit covers them all, and each succeeds or fails on its
+    /// own exactly as [`Shard::delete_message`] would. The answer waits for
+    /// everything appended before it, failures included.
+    pub async fn delete_messages(
+        &self,
+        account: &str,
+        name: &str,
+        items: &[(String, String)],
+    ) -> Result<Vec<Result<(), QueueError>>, QueueError> {
+        let receipts: Vec<_> = items.iter().map(|(_, r)| PopReceipt::decode(r)).collect();
+        self.mutate(|st, wal, now| {
+            let q = st.queue_mut(account, name)?;
+            self.purge(q, now);
+            let mut delete = |id: &str, receipt: Result<PopReceipt, QueueError>| -> Result<(), QueueError> {
+                let seq = self.find_with_receipt(q, id, &receipt?)?;
+                let pos = wal.append(&Record::MessageDeleted { qid: q.qid, seq })?;
+                q.last_lsn = pos.lsn;
+                let m = q.remove(seq).expect("found message exists");
+                self.unpin_message(&m);
+                Ok(())
+            };
+            let out = items.iter().zip(receipts).map(|((id, _), r)| delete(id, r)).collect();
+            Ok((out, wal.last_lsn()))
+        })
+        .await
+    }
+
     /// Update Message: new visibility, optionally new text, new receipt.
     pub async fn update_message(
         &self,

@@ -4,10 +4,10 @@
 //! with one `Result` per message, in the order sent: its id, the status
 //! Delete Message would have answered, and the error code if it failed.
 //!
-//! The deletes are started together on the owning core, so they are
-//! appended before the first of them waits and one group commit covers
-//! them all; each succeeds or fails on its own, exactly as Delete Message.
-//! The answer is sent once every delete in it is durable.
+//! The deletes are appended in one step on the owning core
+//! (`Shard::delete_messages`), so one group commit covers them all; each
+//! succeeds or fails on its own, exactly as Delete Message. The answer is
+//! sent once every delete in it is durable.
 
 use super::{Needs, Op, SasRule};
 use crate::addressing::Target;
@@ -66,10 +66,12 @@ impl Op for DeleteMessageBatch {
         let (ids, outcomes) = ctx
             .router
             .exec(owner, move |shard, _| async move {
-                let deletes = items
-                    .iter()
-                    .map(|(id, receipt)| shard.delete_message(&account, &queue, id, receipt));
-                let outcomes = futures::future::join_all(deletes).await;
+                let outcomes = match shard.delete_messages(&account, &queue, &items).await {
+                    Ok(each) => each,
+                    // A queue-level failure (the queue is gone) is every
+                    // message's answer.
+                    Err(e) => items.iter().map(|_| Err(e.clone())).collect(),
+                };
                 let ids: Vec<String> = items.into_iter().map(|(id, _)| id).collect();
                 Ok((ids, outcomes))
             })
