@@ -969,14 +969,21 @@ impl<D: Disk> Shard<D> {
         self.mutate(|st, wal, now| {
             let q = st.queue_mut(account, name)?;
             self.purge(q, now);
-            let seq = self.find_with_receipt(q, id, &receipt)?;
-            let pos = wal.append(&Record::MessageDeleted { qid: q.qid, seq })?;
-            q.last_lsn = pos.lsn;
-            let m = q.remove(seq).expect("found message exists");
-            self.unpin_message(&m);
-            Ok(((), pos.lsn))
+            let lsn = self.delete_one(q, wal, id, &receipt)?;
+            Ok(((), lsn))
         })
         .await
+    }
+
+    /// Appends the deletion of the message `id` holding `receipt`, removes
+    /// it from `q` and releases its record. Returns the deletion's LSN.
+    fn delete_one(&self, q: &mut Queue, wal: &Wal<D>, id: &str, receipt: &PopReceipt) -> Result<u64, QueueError> {
+        let seq = self.find_with_receipt(q, id, receipt)?;
+        let pos = wal.append(&Record::MessageDeleted { qid: q.qid, seq })?;
+        q.last_lsn = pos.lsn;
+        let m = q.remove(seq).expect("found message exists");
+        self.unpin_message(&m);
+        Ok(pos.lsn)
     }
 
     /// Delete Message for several messages of one queue (Hematite's Delete
@@ -994,15 +1001,11 @@ impl<D: Disk> Shard<D> {
         self.mutate(|st, wal, now| {
             let q = st.queue_mut(account, name)?;
             self.purge(q, now);
-            let mut delete = |id: &str, receipt: Result<PopReceipt, QueueError>| -> Result<(), QueueError> {
-                let seq = self.find_with_receipt(q, id, &receipt?)?;
-                let pos = wal.append(&Record::MessageDeleted { qid: q.qid, seq })?;
-                q.last_lsn = pos.lsn;
-                let m = q.remove(seq).expect("found message exists");
-                self.unpin_message(&m);
-                Ok(())
-            };
-            let out = items.iter().zip(receipts).map(|((id, _), r)| delete(id, r)).collect();
+            let out = items
+                .iter()
+                .zip(receipts)
+                .map(|((id, _), r)| self.delete_one(q, wal, id, &r?).map(|_| ()))
+                .collect();
             Ok((out, wal.last_lsn()))
         })
         .await
