@@ -621,3 +621,29 @@ fn delete_messages_is_one_commit_with_an_answer_per_message() {
         );
     });
 }
+
+/// Put Message Batch: one group commit for the whole batch; a message Put
+/// Message would refuse is refused alone.
+#[test]
+fn put_messages_is_one_commit_with_an_answer_per_message() {
+    let (_d, _c, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "qu1", md(&[])).await.unwrap();
+        s.put_message(ACCT, "qu1", "warm".into(), None, None).await.unwrap();
+        let commits = s.wal().commits();
+        let texts = vec!["a".to_string(), "x".repeat(MAX_MESSAGE_BYTES + 1), "c".to_string()];
+        let out = s.put_messages(ACCT, "qu1", texts, None, None).await.unwrap();
+        assert_eq!(s.wal().commits(), commits + 1, "one group commit for the batch");
+        assert!(out[0].is_ok() && out[2].is_ok());
+        assert!(
+            matches!(out[1], Err(QueueError::RequestBodyTooLarge { .. })),
+            "{:?}",
+            out[1]
+        );
+        assert_eq!(s.message_count(), 3);
+        assert_eq!(
+            s.put_messages(ACCT, "nope", vec!["a".into()], None, None).await,
+            Err(QueueError::QueueNotFound)
+        );
+    });
+}

@@ -368,3 +368,52 @@ fn delete_message_batch_answers_each_message_in_order() {
     assert_eq!(c.call("POST", target, &[], big.as_bytes()).unwrap().status, 400);
     assert_eq!(c.call("GET", target, &[], b"").unwrap().status, 400);
 }
+
+/// Put Message Batch (docs/EXTENSIONS.md): one entry per message, in order;
+/// a message Put Message would refuse is refused alone.
+#[test]
+fn put_message_batch_answers_each_message_in_order() {
+    let server = TestServer::start();
+    let mut c = client::Client::new(server.port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/batchp", &[], b"").unwrap().status, 201);
+    let big = "x".repeat(70_000); // over Put Message's 64 KiB
+    let body = format!(
+        "<QueueMessageBatch>{}</QueueMessageBatch>",
+        ["first", big.as_str(), "third"]
+            .iter()
+            .map(|t| format!("<QueueMessage><MessageText>{t}</MessageText></QueueMessage>"))
+            .collect::<String>()
+    );
+    let target = "/devstoreaccount1/batchp/messages?comp=batch&messagettl=600";
+    let r = c.call("POST", target, &[], body.as_bytes()).unwrap();
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(
+        client::all_between(&r.body, "Status"),
+        ["201", "413", "201"],
+        "{}",
+        r.body
+    );
+    assert_eq!(client::all_between(&r.body, "MessageId").len(), 2);
+    assert_eq!(client::all_between(&r.body, "PopReceipt").len(), 2);
+    let got = c
+        .call(
+            "GET",
+            "/devstoreaccount1/batchp/messages?numofmessages=32&peekonly=true",
+            &[],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(
+        client::all_between(&got.body, "MessageText"),
+        ["first", "third"],
+        "{}",
+        got.body
+    );
+    // Whole-batch refusals: bad times, an empty batch, a missing queue.
+    let bad_ttl = "/devstoreaccount1/batchp/messages?comp=batch&messagettl=0";
+    assert_eq!(c.call("POST", bad_ttl, &[], body.as_bytes()).unwrap().status, 400);
+    let empty = c.call("POST", target, &[], b"<QueueMessageBatch/>").unwrap();
+    assert_eq!(empty.status, 400);
+    let missing = "/devstoreaccount1/nosuchq/messages?comp=batch";
+    assert_eq!(c.call("POST", missing, &[], body.as_bytes()).unwrap().status, 404);
+}

@@ -691,67 +691,90 @@ impl<D: Disk> Shard<D> {
         ttl: Option<i64>,
     ) -> Result<PutReceipt, QueueError> {
         check_text(&text)?;
-        let vt = check_range(
-            "visibilitytimeout",
-            visibility_timeout.unwrap_or(0),
-            0,
-            MAX_VISIBILITY_TIMEOUT_SECS,
-        )?;
-        let ttl = ttl.unwrap_or(DEFAULT_MESSAGE_TTL_SECS);
-        if ttl != -1 && !(1..=MAX_MESSAGE_TTL_SECS).contains(&ttl) {
-            return Err(QueueError::InvalidQueryParameterValue {
-                name: "messagettl",
-                value: ttl.to_string(),
-                reason: "Value must be greater than or equal to 1, or -1 to indicate an infinite TTL.".into(),
-            });
-        }
-        if ttl != -1 && vt >= ttl {
-            return Err(QueueError::InvalidQueryParameterValue {
-                name: "visibilitytimeout",
-                value: vt.to_string(),
-                reason: "messagettl must be greater than visibilitytimeout.".into(),
-            });
-        }
+        let (vt, ttl) = check_put_times(visibility_timeout, ttl)?;
         let body: Rc<[u8]> = Rc::from(text.into_bytes());
         self.mutate(|st, wal, now| {
             let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
-            let seq = st.id();
-            let receipt = self.nonce();
-            let expires_ms = if ttl == -1 {
-                EXPIRY_NEVER_MS
-            } else {
-                secs_after(now, ttl)
-            };
-            let state = MessageState {
-                qid,
-                seq,
-                id: *Uuid::new_v4().as_bytes(),
-                inserted_ms: now,
-                expires_ms,
-                visible_ms: secs_after(now, vt),
-                dequeue_count: 0,
-                receipt,
-                body: body.to_vec(),
-            };
-            let pos = wal.append(&Record::MessagePut(state.clone()))?;
-            let m = message_from_state(&state, pos);
-            wal.pin(m.body.seg, m.body.frame_len);
-            self.cache
-                .borrow_mut()
-                .insert((m.body.seg, m.body.offset), body.clone());
-            let q = st.queues.get_mut(&qid).expect("named queue exists");
-            q.last_lsn = pos.lsn;
-            let out = PutReceipt {
-                id: m.id,
-                inserted_ms: m.inserted_ms,
-                expires_ms: m.expires_ms,
-                pop_receipt: PopReceipt { nonce: receipt, seq }.encode(),
-                visible_ms: m.visible_ms,
-            };
-            q.upsert(m);
-            Ok((out, pos.lsn))
+            self.put_one(st, wal, now, qid, body, vt, ttl)
         })
         .await
+    }
+
+    /// Put Message for several messages of one queue (Hematite's Put
+    /// Message Batch): every valid message is appended in one synchronous
+    /// step, so one group commit covers them all; a message Put Message
+    /// would refuse is answered with that error on its own. The times apply
+    /// to every message; invalid times refuse the whole batch.
+    pub async fn put_messages(
+        &self,
+        account: &str,
+        name: &str,
+        texts: Vec<String>,
+        visibility_timeout: Option<i64>,
+        ttl: Option<i64>,
+    ) -> Result<Vec<Result<PutReceipt, QueueError>>, QueueError> {
+        let (vt, ttl) = check_put_times(visibility_timeout, ttl)?;
+        self.mutate(|st, wal, now| {
+            let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+            let out = texts
+                .into_iter()
+                .map(|text| {
+                    check_text(&text)?;
+                    let (receipt, _) = self.put_one(st, wal, now, qid, Rc::from(text.into_bytes()), vt, ttl)?;
+                    Ok(receipt)
+                })
+                .collect();
+            Ok((out, wal.last_lsn()))
+        })
+        .await
+    }
+
+    /// Appends one new message to queue `qid`, indexes it and caches its
+    /// body. Returns its receipt and the LSN of its record.
+    #[allow(clippy::too_many_arguments)] // the parts of one put, all needed
+    fn put_one(
+        &self,
+        st: &mut State,
+        wal: &Wal<D>,
+        now: u64,
+        qid: u64,
+        body: Rc<[u8]>,
+        vt: i64,
+        ttl: i64,
+    ) -> Result<(PutReceipt, u64), QueueError> {
+        let seq = st.id();
+        let receipt = self.nonce();
+        let expires_ms = if ttl == -1 {
+            EXPIRY_NEVER_MS
+        } else {
+            secs_after(now, ttl)
+        };
+        let state = MessageState {
+            qid,
+            seq,
+            id: *Uuid::new_v4().as_bytes(),
+            inserted_ms: now,
+            expires_ms,
+            visible_ms: secs_after(now, vt),
+            dequeue_count: 0,
+            receipt,
+            body: body.to_vec(),
+        };
+        let pos = wal.append(&Record::MessagePut(state.clone()))?;
+        let m = message_from_state(&state, pos);
+        wal.pin(m.body.seg, m.body.frame_len);
+        self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body);
+        let q = st.queues.get_mut(&qid).expect("named queue exists");
+        q.last_lsn = pos.lsn;
+        let out = PutReceipt {
+            id: m.id,
+            inserted_ms: m.inserted_ms,
+            expires_ms: m.expires_ms,
+            pop_receipt: PopReceipt { nonce: receipt, seq }.encode(),
+            visible_ms: m.visible_ms,
+        };
+        q.upsert(m);
+        Ok((out, pos.lsn))
     }
 
     /// Get Messages: up to `n` visible messages, each made invisible
@@ -1170,6 +1193,33 @@ impl<D: Disk> Shard<D> {
         }
         Ok(out)
     }
+}
+
+/// Put Message's `visibilitytimeout` (default 0) and `messagettl` (default
+/// seven days; -1 for never), checked as the service checks them.
+fn check_put_times(visibility_timeout: Option<i64>, ttl: Option<i64>) -> Result<(i64, i64), QueueError> {
+    let vt = check_range(
+        "visibilitytimeout",
+        visibility_timeout.unwrap_or(0),
+        0,
+        MAX_VISIBILITY_TIMEOUT_SECS,
+    )?;
+    let ttl = ttl.unwrap_or(DEFAULT_MESSAGE_TTL_SECS);
+    if ttl != -1 && !(1..=MAX_MESSAGE_TTL_SECS).contains(&ttl) {
+        return Err(QueueError::InvalidQueryParameterValue {
+            name: "messagettl",
+            value: ttl.to_string(),
+            reason: "Value must be greater than or equal to 1, or -1 to indicate an infinite TTL.".into(),
+        });
+    }
+    if ttl != -1 && vt >= ttl {
+        return Err(QueueError::InvalidQueryParameterValue {
+            name: "visibilitytimeout",
+            value: vt.to_string(),
+            reason: "messagettl must be greater than visibilitytimeout.".into(),
+        });
+    }
+    Ok((vt, ttl))
 }
 
 #[cfg(test)]

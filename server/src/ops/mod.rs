@@ -30,6 +30,7 @@ mod get_service_stats;
 mod list_queues;
 mod peek_messages;
 mod put_message;
+mod put_message_batch;
 mod set_queue_acl;
 mod set_queue_metadata;
 mod set_service_properties;
@@ -110,6 +111,7 @@ pub async fn run<D: Disk>(
         DeleteMessage => go::<delete_message::DeleteMessage, D>(ctx, req, t, who).await,
         UpdateMessage => go::<update_message::UpdateMessage, D>(ctx, req, t, who).await,
         DeleteMessageBatch => go::<delete_message_batch::DeleteMessageBatch, D>(ctx, req, t, who).await,
+        PutMessageBatch => go::<put_message_batch::PutMessageBatch, D>(ctx, req, t, who).await,
     }
 }
 
@@ -132,8 +134,9 @@ pub enum Operation {
     ClearMessages,
     DeleteMessage,
     UpdateMessage,
-    /// Hematite extension (docs/EXTENSIONS.md).
+    /// Hematite extensions (docs/EXTENSIONS.md).
     DeleteMessageBatch,
+    PutMessageBatch,
 }
 
 fn bad_comp(comp: &str) -> ApiError {
@@ -175,10 +178,11 @@ pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
     }
     if t.messages {
         // Message operations take no comp; accepting one would let a signed
-        // `?comp=metadata` read run as a dequeue. The one extension comp is
-        // a POST and needs Delete Message's permission.
+        // `?comp=metadata` read run as a dequeue. The extension comps are
+        // POSTs and need the permission of the operation they batch.
         match (m, comp) {
             ("POST", Some("batchdelete")) => return Ok(DeleteMessageBatch),
+            ("POST", Some("batch")) => return Ok(PutMessageBatch),
             (_, Some(c)) => return Err(bad_comp(c)),
             _ => {}
         }
@@ -225,6 +229,7 @@ pub fn needs(op: Operation) -> Needs {
         DeleteMessage => <delete_message::DeleteMessage as Op>::NEEDS,
         UpdateMessage => <update_message::UpdateMessage as Op>::NEEDS,
         DeleteMessageBatch => <delete_message_batch::DeleteMessageBatch as Op>::NEEDS,
+        PutMessageBatch => <put_message_batch::PutMessageBatch as Op>::NEEDS,
     }
 }
 
@@ -356,6 +361,7 @@ mod tests {
             ("DELETE", "/a/q/messages/id?popreceipt=x", Ok(DeleteMessage)),
             ("PUT", "/a/q/messages/id?popreceipt=x", Ok(UpdateMessage)),
             ("POST", "/a/q/messages?comp=batchdelete", Ok(DeleteMessageBatch)),
+            ("POST", "/a/q/messages?comp=batch", Ok(PutMessageBatch)),
         ];
         for (m, p, want) in cases {
             assert_eq!(
