@@ -30,6 +30,9 @@ const READ_CHUNK: usize = 16 * 1024;
 enum Workload {
     /// Put Message.
     Put,
+    /// Put Message Batch of --batch messages (a Hematite extension,
+    /// docs/EXTENSIONS.md); messages/s is ops/s × --batch.
+    PutBatch,
     /// Get Messages (one at a time), then Delete Message.
     Drain,
     /// Put, then Get, then Delete: one cycle.
@@ -267,6 +270,7 @@ impl Stats {
 #[derive(Clone, Copy)]
 enum Op {
     Put,
+    PutBatch,
     Drain,
     Peek,
     Update,
@@ -317,6 +321,14 @@ async fn connection(
         "m".repeat(args.message_size)
     )
     .into_bytes();
+    let batch_body = {
+        let one = String::from_utf8_lossy(&body);
+        format!(
+            "<QueueMessageBatch>{}</QueueMessageBatch>",
+            one.repeat(args.batch.max(1) as usize)
+        )
+        .into_bytes()
+    };
     let mix = parse_mix(&args.mix);
     let total_weight: u32 = mix.iter().map(|(_, w)| w).sum::<u32>().max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(idx as u64);
@@ -337,6 +349,7 @@ async fn connection(
         };
         let op = match args.workload {
             Workload::Put => Op::Put,
+            Workload::PutBatch => Op::PutBatch,
             Workload::Drain | Workload::Cycle => Op::Drain,
             Workload::Peek => Op::Peek,
             Workload::Update => Op::Update,
@@ -378,6 +391,15 @@ async fn connection(
             Op::Put => {
                 let r = conn.call("POST", &format!("{qpath}/messages"), &body).await;
                 note("put", scheduled, &r, 201);
+                if r.is_err() {
+                    return;
+                }
+            }
+            Op::PutBatch => {
+                let r = conn
+                    .call("POST", &format!("{qpath}/messages?comp=batch"), &batch_body)
+                    .await;
+                note("putbatch", scheduled, &r, 201);
                 if r.is_err() {
                     return;
                 }
