@@ -260,7 +260,8 @@ async fn read_commit<F: DiskFile>(
     let Some(bytes) = w.get(pos, len).await? else {
         return Ok(Err(Stop::bad(pos, "file ends inside a commit (torn write)")));
     };
-    let mut records = Vec::with_capacity(count as usize);
+    // The count comes from disk: no more frames than the commit's bytes hold.
+    let mut records = Vec::with_capacity((count as usize).min(len / FRAME_HEADER_LEN));
     let mut off = marker_len;
     let mut lsn = marker.lsn;
     for _ in 0..count {
