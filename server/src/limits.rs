@@ -10,6 +10,9 @@ pub const MAX_HEADERS: usize = 100;
 /// Largest request body. Azure refuses bodies above this with 413 and
 /// `<MaxLimit>131584</MaxLimit>`; no queue operation needs more.
 pub const MAX_BODY_BYTES: usize = engine::limits::MAX_REQUEST_BODY_BYTES;
+/// Messages in one batch request (the extensions in docs/EXTENSIONS.md):
+/// as many as one Get Messages may return.
+pub const MAX_BATCH_MESSAGES: usize = engine::limits::MAX_NUM_OF_MESSAGES as usize;
 /// Open connections per core; more are answered 503 and closed.
 /// Default of `--max-connections-per-core`.
 pub const MAX_CONNECTIONS_PER_CORE: usize = 4096;

@@ -80,14 +80,25 @@ pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
 
 /// Put Message's 201 body (REST reference: "Put Message").
 pub fn write_put(p: &engine::shard::PutReceipt) -> String {
-    format!(
-        "{DECL}<QueueMessagesList><QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible></QueueMessage></QueueMessagesList>",
+    let mut s = format!("{DECL}<QueueMessagesList><QueueMessage>");
+    write_put_fields(&mut s, p);
+    s.push_str("</QueueMessage></QueueMessagesList>");
+    s
+}
+
+/// The fields of one stored message in Put Message's answer, also each
+/// stored entry of Put Message Batch's.
+pub fn write_put_fields(s: &mut String, p: &engine::shard::PutReceipt) {
+    use std::fmt::Write;
+    let _ = write!(
+        s,
+        "<MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible>",
         p.id,
         rfc1123(p.inserted_ms),
         rfc1123(p.expires_ms),
         p.pop_receipt,
         rfc1123(p.visible_ms)
-    )
+    );
 }
 
 /// A `QueueMessagesList`, each message written by `item`; the empty list is

@@ -18,9 +18,6 @@ use crate::xmlio;
 use engine::disk::Disk;
 use std::fmt::Write;
 
-/// The most messages one batch names, as Get Messages' `numofmessages`.
-const MAX_BATCH: usize = 32;
-
 pub struct DeleteMessageBatch {
     queue: String,
     /// (message id, pop receipt), in the order sent.
@@ -48,11 +45,7 @@ impl Op for DeleteMessageBatch {
             };
             items.push((field("MessageId")?, field("PopReceipt")?));
         }
-        if items.is_empty() || items.len() > MAX_BATCH {
-            return Err(ApiError::invalid_xml(format!(
-                "A batch holds 1 to {MAX_BATCH} Message elements."
-            )));
-        }
+        super::check_batch_len(items.len(), "Message")?;
         Ok(DeleteMessageBatch {
             queue: super::queue_of(t)?,
             items,
@@ -81,10 +74,7 @@ impl Op for DeleteMessageBatch {
             let _ = write!(xml, "<Result><MessageId>{}</MessageId>", xmlio::escape_text(id));
             match outcome {
                 Ok(()) => xml.push_str("<Status>204</Status>"),
-                Err(e) => {
-                    let e = ApiError::from(e);
-                    let _ = write!(xml, "<Status>{}</Status><Code>{}</Code>", e.status, e.code);
-                }
+                Err(e) => super::write_batch_error(&mut xml, e),
             }
             xml.push_str("</Result>");
         }

@@ -317,6 +317,26 @@ fn queue_of(t: &Target) -> Result<String, ApiError> {
     t.queue.clone().ok_or_else(ApiError::invalid_uri)
 }
 
+/// A batch request (docs/EXTENSIONS.md) holds 1 to `MAX_BATCH_MESSAGES`
+/// `item` elements.
+fn check_batch_len(n: usize, item: &str) -> Result<(), ApiError> {
+    if n == 0 || n > crate::limits::MAX_BATCH_MESSAGES {
+        return Err(ApiError::invalid_xml(format!(
+            "A batch holds 1 to {} {item} elements.",
+            crate::limits::MAX_BATCH_MESSAGES
+        )));
+    }
+    Ok(())
+}
+
+/// One failed entry of a batch answer: the status and error code the single
+/// operation would have answered.
+fn write_batch_error(xml: &mut String, e: engine::QueueError) {
+    use std::fmt::Write;
+    let e = ApiError::from(e);
+    let _ = write!(xml, "<Status>{}</Status><Code>{}</Code>", e.status, e.code);
+}
+
 /// The message id a message-level operation names (routing guarantees one).
 fn message_id_of(t: &Target) -> Result<String, ApiError> {
     t.message_id.clone().ok_or_else(ApiError::invalid_uri)

@@ -17,10 +17,6 @@ use crate::handler::Ctx;
 use crate::http::{Request, Response};
 use crate::xmlio;
 use engine::disk::Disk;
-use std::fmt::Write;
-
-/// The most messages one batch holds, as Get Messages' `numofmessages`.
-const MAX_BATCH: usize = 32;
 
 pub struct PutMessageBatch {
     queue: String,
@@ -48,11 +44,7 @@ impl Op for PutMessageBatch {
                 .ok_or_else(|| ApiError::invalid_xml("Each QueueMessage must contain MessageText."))?;
             texts.push(text.text.clone());
         }
-        if texts.is_empty() || texts.len() > MAX_BATCH {
-            return Err(ApiError::invalid_xml(format!(
-                "A batch holds 1 to {MAX_BATCH} QueueMessage elements."
-            )));
-        }
+        super::check_batch_len(texts.len(), "QueueMessage")?;
         Ok(PutMessageBatch {
             queue: super::queue_of(t)?,
             texts,
@@ -80,29 +72,15 @@ impl Op for PutMessageBatch {
             .await?;
         let mut xml = format!("{}<QueueMessagesList>", xmlio::DECL);
         for outcome in outcomes {
+            xml.push_str("<QueueMessage>");
             match outcome {
                 Ok(p) => {
-                    let _ = write!(
-                        xml,
-                        "<QueueMessage><Status>201</Status><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime>\
-                         <ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt>\
-                         <TimeNextVisible>{}</TimeNextVisible></QueueMessage>",
-                        p.id,
-                        xmlio::rfc1123(p.inserted_ms),
-                        xmlio::rfc1123(p.expires_ms),
-                        p.pop_receipt,
-                        xmlio::rfc1123(p.visible_ms)
-                    );
+                    xml.push_str("<Status>201</Status>");
+                    xmlio::write_put_fields(&mut xml, &p);
                 }
-                Err(e) => {
-                    let e = ApiError::from(e);
-                    let _ = write!(
-                        xml,
-                        "<QueueMessage><Status>{}</Status><Code>{}</Code></QueueMessage>",
-                        e.status, e.code
-                    );
-                }
+                Err(e) => super::write_batch_error(&mut xml, e),
             }
+            xml.push_str("</QueueMessage>");
         }
         xml.push_str("</QueueMessagesList>");
         Ok(Response::new(201).xml(xml))
