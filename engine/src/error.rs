@@ -64,6 +64,10 @@ pub enum QueueError {
     OutOfRangeInput,
     #[error("The metadata specified is invalid. It has characters that are not permitted.")]
     InvalidMetadata { name: String },
+    /// A reserved `hematite_` metadata key with a value it cannot take
+    /// (docs/EXTENSIONS.md); answered as Azure answers invalid metadata.
+    #[error("The metadata key '{key}' has an invalid value '{value}': {reason}.")]
+    InvalidQueueAttribute { key: String, value: String, reason: String },
     #[error("The key for one of the metadata key-value pairs is empty.")]
     EmptyMetadataKey,
     #[error("The size of the specified metadata exceeds the maximum size permitted.")]
@@ -108,7 +112,7 @@ impl QueueError {
             PopReceiptMismatch => "PopReceiptMismatch",
             InvalidResourceName => "InvalidResourceName",
             OutOfRangeInput => "OutOfRangeInput",
-            InvalidMetadata { .. } => "InvalidMetadata",
+            InvalidMetadata { .. } | InvalidQueueAttribute { .. } => "InvalidMetadata",
             EmptyMetadataKey => "EmptyMetadataKey",
             MetadataTooLarge => "MetadataTooLarge",
             OutOfRangeQueryParameterValue { .. } => "OutOfRangeQueryParameterValue",
@@ -141,6 +145,11 @@ impl QueueError {
                 vec![("QueryParameterName", (*name).to_string())]
             }
             RequestBodyTooLarge { max_limit } => vec![("MaxLimit", max_limit.to_string())],
+            InvalidQueueAttribute { key, value, reason } => vec![
+                ("MetadataKey", key.clone()),
+                ("MetadataValue", value.clone()),
+                ("Reason", reason.clone()),
+            ],
             InvalidXmlDocument { reason } if !reason.is_empty() => {
                 vec![("Reason", reason.clone())]
             }

@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`limits`]: every limit, Azure's and ours, in one place.
 //! - [`error`]: `QueueError` (one variant per Azure error code) and `StorageError`.
+//! - [`attributes`]: queue attributes beyond Azure's, from reserved `hematite_` metadata keys.
 //! - [`model`]: queue names, metadata, access policies, pop receipts, and their rules.
 //! - [`clock`]: injected time (`SystemClock`, `ManualClock`).
 //! - [`shard`]: the `Shard`, which owns one core's queues and WAL; every
@@ -18,6 +19,7 @@
 //! `RefCell`, are not `Send`, and are never shared across cores. The server
 //! routes each request to the core that owns its queue.
 
+pub mod attributes;
 pub mod body_cache;
 pub mod clock;
 pub mod disk;

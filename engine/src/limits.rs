@@ -23,6 +23,18 @@ pub const MAX_MESSAGE_TTL_SECS: i64 = i32::MAX as i64;
 /// The instant Azure shows for messages that never expire: 9999-12-31T23:59:59Z,
 /// in milliseconds since the Unix epoch. Enormous finite TTLs are capped here too.
 pub const EXPIRY_NEVER_MS: u64 = 253_402_300_799_000;
+/// Longest long-poll wait a queue or a request may ask for, in seconds
+/// (docs/EXTENSIONS.md; SQS's ReceiveMessageWaitTimeSeconds has the same cap).
+pub const MAX_RECEIVE_WAIT_SECS: u64 = 20;
+/// Largest `hematite_max_dequeue_count` (SQS's maxReceiveCount has the same cap).
+pub const MAX_DEAD_LETTER_DEQUEUE_COUNT: u64 = 1_000;
+/// A message on its way to the dead-letter queue is hidden this long: if the
+/// move does not finish (a crash, the dead-letter queue gone), the message
+/// becomes visible again afterwards and the next Get Messages retries it.
+pub const DEAD_LETTER_LEASE_SECS: i64 = 30;
+/// Messages a Get Messages sets aside for the dead-letter queue at most, on
+/// top of the ones it delivers: bounds the work of one request.
+pub const MAX_DEAD_LETTERS_PER_GET: usize = 32;
 /// Queue name length ("Naming Queues and Metadata").
 pub const MIN_QUEUE_NAME_LEN: usize = 3;
 pub const MAX_QUEUE_NAME_LEN: usize = 63;

@@ -3,6 +3,7 @@
 //! here; messages point at them in the WAL. Owned by the shard that owns the
 //! queue, so no locks.
 
+use crate::attributes::QueueAttributes;
 use crate::model::{Metadata, SignedIdentifier};
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
@@ -54,6 +55,11 @@ impl VisibilityIndex {
     /// Sequence numbers visible at `now`, earliest first.
     pub fn visible(&self, now_ms: u64) -> impl Iterator<Item = u64> + '_ {
         self.set.range(..=(now_ms, u64::MAX)).map(|&(_, seq)| seq)
+    }
+
+    /// The earliest visible-at time after `now_ms`.
+    pub fn first_after(&self, now_ms: u64) -> Option<u64> {
+        self.set.range((now_ms.saturating_add(1), 0)..).next().map(|&(t, _)| t)
     }
 
     /// The earliest entry, visible or not.
@@ -115,7 +121,10 @@ pub struct Queue {
     pub qid: u64,
     pub account: String,
     pub name: String,
+    /// Set only through [`Queue::set_metadata`], which keeps `attrs` in step.
     pub metadata: Metadata,
+    /// What the reserved `hematite_` keys of `metadata` ask for.
+    pub attrs: QueueAttributes,
     pub acl: Vec<SignedIdentifier>,
     /// Segment and frame size of the latest QueueDefined record.
     pub def_seg: u64,
@@ -136,11 +145,13 @@ pub struct Queue {
 
 impl Queue {
     pub fn new(qid: u64, account: String, name: String, metadata: Metadata) -> Self {
+        let attrs = QueueAttributes::of_stored(&name, &metadata);
         Queue {
             qid,
             account,
             name,
             metadata,
+            attrs,
             acl: Vec::new(),
             def_seg: 0,
             def_frame_len: 0,
@@ -152,12 +163,24 @@ impl Queue {
         }
     }
 
+    /// Replaces the metadata and the attributes its reserved keys give.
+    pub fn set_metadata(&mut self, metadata: Metadata) {
+        self.attrs = QueueAttributes::of_stored(&self.name, &metadata);
+        self.metadata = metadata;
+    }
+
     pub fn len(&self) -> usize {
         self.messages.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
+    }
+
+    /// When the next invisible message becomes visible, if any is
+    /// invisible at `now`: a long poll sleeps until then.
+    pub fn next_visible_after(&self, now_ms: u64) -> Option<u64> {
+        self.visibility.first_after(now_ms)
     }
 
     pub fn get(&self, seq: u64) -> Option<&Message> {
@@ -235,6 +258,11 @@ impl Queue {
     /// [`Queue::purge_expired`] first so none of them has expired.
     pub fn visible(&self, now_ms: u64, n: usize) -> Vec<u64> {
         self.visibility.visible(now_ms).take(n).collect()
+    }
+
+    /// Every message visible at `now`, earliest first, lazily.
+    pub fn visible_seqs(&self, now_ms: u64) -> impl Iterator<Item = u64> + '_ {
+        self.visibility.visible(now_ms)
     }
 
     pub fn clear(&mut self) -> Vec<Message> {

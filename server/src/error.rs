@@ -156,6 +156,7 @@ fn status_of(e: &QueueError) -> u16 {
         | InvalidResourceName
         | OutOfRangeInput
         | InvalidMetadata { .. }
+        | InvalidQueueAttribute { .. }
         | EmptyMetadataKey
         | MetadataTooLarge
         | OutOfRangeQueryParameterValue { .. }
@@ -227,6 +228,15 @@ mod tests {
                 400,
             ),
             (
+                QueueError::InvalidQueueAttribute {
+                    key: "hematite_receive_wait_seconds".into(),
+                    value: "99".into(),
+                    reason: "must be a whole number from 0 to 20".into(),
+                },
+                "InvalidMetadata",
+                400,
+            ),
+            (
                 QueueError::OutOfRangeQueryParameterValue {
                     name: "numofmessages",
                     value: "33".into(),
@@ -267,6 +277,7 @@ mod tests {
                 | QueueError::InvalidResourceName
                 | QueueError::OutOfRangeInput
                 | QueueError::InvalidMetadata { .. }
+                | QueueError::InvalidQueueAttribute { .. }
                 | QueueError::EmptyMetadataKey
                 | QueueError::MetadataTooLarge
                 | QueueError::OutOfRangeQueryParameterValue { .. }

@@ -14,8 +14,11 @@
 //! that a crash could take back.
 
 mod compaction;
+mod dead_letters;
 mod replay;
+mod waiters;
 
+use crate::attributes::QueueAttributes;
 use crate::body_cache::BodyCache;
 use crate::clock::Clock;
 use crate::disk::Disk;
@@ -29,9 +32,12 @@ use crate::wal::{segment_name, RecordPos, RecoveryMode, RecoveryReport, SegmentR
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use uuid::Uuid;
+use waiters::{Ticket, Waiters};
+
+pub use dead_letters::DeadLetter;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ShardConfig {
@@ -54,6 +60,9 @@ pub struct ShardConfig {
     /// every new millisecond an answer uses (the model test, which compares
     /// times exactly across restarts).
     pub clock_lease_ms: u64,
+    /// How long a message on its way to a dead-letter queue stays hidden
+    /// before a later Get Messages retries the move (DEAD_LETTER_LEASE_SECS).
+    pub dead_letter_lease_ms: u64,
 }
 
 impl ShardConfig {
@@ -66,6 +75,7 @@ impl ShardConfig {
             stale_receipt_is_mismatch: false,
             rng_seed: None,
             clock_lease_ms: CLOCK_LEASE_MS,
+            dead_letter_lease_ms: DEAD_LETTER_LEASE_SECS as u64 * 1000,
         }
     }
 }
@@ -253,7 +263,7 @@ fn write_new_definition<D: Disk>(
     let Record::QueueDefined { metadata, acl, .. } = rec else {
         unreachable!("built above")
     };
-    q.metadata = metadata;
+    q.set_metadata(metadata);
     q.acl = acl;
     if replaces {
         wal.unpin(q.def_seg, q.def_frame_len);
@@ -317,6 +327,13 @@ pub struct Shard<D: Disk> {
     rng: RefCell<StdRng>,
     /// The latest time any operation used: time never goes backwards.
     last_time: Cell<u64>,
+    /// Get Messages calls waiting for a message (long polling).
+    waiters: Rc<Waiters>,
+    /// Messages set aside for a dead-letter queue, hidden for the lease,
+    /// waiting for the server's mover ([`Shard::next_dead_letter`]). Lost
+    /// in a crash on purpose: the lease runs out and a Get retries.
+    dead: RefCell<VecDeque<dead_letters::Pending>>,
+    dead_ready: event_listener::Event,
 }
 
 impl<D: Disk> Shard<D> {
@@ -376,6 +393,9 @@ impl<D: Disk> Shard<D> {
                 None => StdRng::from_entropy(),
             }),
             last_time: Cell::new(now),
+            waiters: Rc::default(),
+            dead: RefCell::default(),
+            dead_ready: event_listener::Event::new(),
         })
     }
 
@@ -510,6 +530,7 @@ impl<D: Disk> Shard<D> {
     pub async fn create_queue(&self, account: &str, name: &str, metadata: Metadata) -> Result<Created, QueueError> {
         validate_queue_name(name)?;
         metadata.validate()?;
+        QueueAttributes::parse(name, &metadata)?;
         let existing = {
             let st = self.st.borrow();
             st.lookup(account, name).map(|qid| {
@@ -556,6 +577,7 @@ impl<D: Disk> Shard<D> {
             let pos = wal.append(&Record::QueueDeleted { qid })?;
             let mut q = st.queues.remove(&qid).expect("named queue exists");
             st.names.remove(&(q.account.clone(), q.name.clone()));
+            self.waiters.wake_all(qid);
             wal.unpin(q.def_seg, q.def_frame_len);
             st.cleared.push(q.take_all());
             Ok(((), pos.lsn))
@@ -585,6 +607,7 @@ impl<D: Disk> Shard<D> {
 
     pub async fn set_metadata(&self, account: &str, name: &str, metadata: Metadata) -> Result<(), QueueError> {
         metadata.validate()?;
+        QueueAttributes::parse(name, &metadata)?;
         self.redefine(account, name, |m, _| *m = metadata).await
     }
 
@@ -760,12 +783,7 @@ impl<D: Disk> Shard<D> {
             receipt,
             body: body.to_vec(),
         };
-        let pos = wal.append(&Record::MessagePut(state.clone()))?;
-        let m = message_from_state(&state, pos);
-        wal.pin(m.body.seg, m.body.frame_len);
-        self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body);
-        let q = st.queues.get_mut(&qid).expect("named queue exists");
-        q.last_lsn = pos.lsn;
+        let (m, lsn) = self.insert(st, wal, now, state, body)?;
         let out = PutReceipt {
             id: m.id,
             inserted_ms: m.inserted_ms,
@@ -773,19 +791,92 @@ impl<D: Disk> Shard<D> {
             pop_receipt: PopReceipt { nonce: receipt, seq }.encode(),
             visible_ms: m.visible_ms,
         };
-        q.upsert(m);
-        Ok((out, pos.lsn))
+        Ok((out, lsn))
+    }
+
+    /// Appends a new message record, indexes the message, caches its body
+    /// and wakes whoever waits for it. Returns the message and its LSN.
+    fn insert(
+        &self,
+        st: &mut State,
+        wal: &Wal<D>,
+        now: u64,
+        state: MessageState,
+        body: Rc<[u8]>,
+    ) -> Result<(Message, u64), QueueError> {
+        let rec = Record::MessagePut(state);
+        let pos = wal.append(&rec)?;
+        let Record::MessagePut(state) = rec else {
+            unreachable!("built above")
+        };
+        let m = message_from_state(&state, pos);
+        wal.pin(m.body.seg, m.body.frame_len);
+        self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body);
+        let q = st.queues.get_mut(&state.qid).expect("named queue exists");
+        q.last_lsn = pos.lsn;
+        let before = self.next_visible_if_watched(q, now);
+        q.upsert(m.clone());
+        self.poke(q, now, before);
+        Ok((m, pos.lsn))
+    }
+
+    /// The queue's next visible-at time after `now`, when long pollers
+    /// wait on it (else `None`, at the cost of one hash lookup): what
+    /// [`Shard::poke`] compares against after a change.
+    fn next_visible_if_watched(&self, q: &Queue, now: u64) -> Option<u64> {
+        if self.waiters.count(q.qid) == 0 {
+            return None;
+        }
+        q.next_visible_after(now)
+    }
+
+    /// Wakes the long pollers of `q` that a change at `now` concerns: one
+    /// per message now visible, and the head of the line if the next
+    /// visible-at time moved earlier than `before` (the head sleeps until
+    /// then).
+    fn poke(&self, q: &Queue, now: u64, before: Option<u64>) {
+        let waiting = self.waiters.count(q.qid);
+        if waiting == 0 {
+            return;
+        }
+        let visible = q.visible_seqs(now).take(waiting).count();
+        if visible > 0 {
+            self.waiters.wake(q.qid, visible);
+        }
+        let after = q.next_visible_after(now);
+        if after.is_some() && (before.is_none() || after < before) {
+            self.waiters.wake_head(q.qid);
+        }
     }
 
     /// Get Messages: up to `n` visible messages, each made invisible
     /// for `visibility_timeout` seconds with a new pop receipt and one more
     /// dequeue. Durable before it returns, so a receipt handed out survives a crash.
+    /// Never waits; [`Shard::receive_messages`] is the long-polling form.
     pub async fn get_messages(
         &self,
         account: &str,
         name: &str,
         n: Option<i64>,
         visibility_timeout: Option<i64>,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        self.receive_messages(account, name, n, visibility_timeout, Some(0), 0)
+            .await
+    }
+
+    /// Get Messages with long polling (docs/EXTENSIONS.md): on an empty
+    /// queue, waits up to `wait_secs` (the request's), else the queue's
+    /// `hematite_receive_wait_seconds`, and never longer than `max_wait_ms`
+    /// (the server's request timeout), for a message to become visible.
+    /// Answers empty at the deadline or when the shard stops.
+    pub async fn receive_messages(
+        &self,
+        account: &str,
+        name: &str,
+        n: Option<i64>,
+        visibility_timeout: Option<i64>,
+        wait_secs: Option<u64>,
+        max_wait_ms: u64,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
         let n = check_count(n)?;
         let vt = check_range(
@@ -794,15 +885,56 @@ impl<D: Disk> Shard<D> {
             1,
             MAX_VISIBILITY_TIMEOUT_SECS,
         )?;
-        let picked = self
-            .mutate(|st, wal, now| {
-                let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
-                let q = st.queues.get_mut(&qid).expect("named queue exists");
-                self.purge(q, now);
-                let seqs = q.visible(now, n);
-                if seqs.is_empty() {
-                    return Ok((Vec::new(), q.last_lsn));
-                }
+        let start = self.now();
+        let mut ticket: Option<Ticket> = None;
+        loop {
+            let (picked, hint) = self.dequeue(account, name, n, vt).await?;
+            if !picked.is_empty() {
+                return self.deliver(picked).await;
+            }
+            let wait_ms = wait_secs
+                .unwrap_or(hint.receive_wait_secs)
+                .saturating_mul(1000)
+                .min(max_wait_ms);
+            let deadline = start.saturating_add(wait_ms);
+            if self.now() >= deadline || self.waiters.closed() {
+                return Ok(Vec::new());
+            }
+            let t = match ticket.take() {
+                Some(t) if t.qid == hint.qid => t,
+                _ => self.waiters.join(hint.qid),
+            };
+            let until = match hint.next_visible {
+                Some(v) if t.is_head() => v.min(deadline),
+                _ => deadline,
+            };
+            t.wait(self.clock.sleep_until(until)).await;
+            ticket = Some(t);
+        }
+    }
+
+    /// One Get Messages step: takes up to `n` visible messages (setting
+    /// aside for the dead-letter queue those delivered too often), durably.
+    /// An empty answer comes with what a long poll needs to wait.
+    async fn dequeue(
+        &self,
+        account: &str,
+        name: &str,
+        n: usize,
+        vt: i64,
+    ) -> Result<(Vec<(Message, BodySource<D::File>)>, WaitHint), QueueError> {
+        self.mutate(|st, wal, now| {
+            let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
+            let q = st.queues.get_mut(&qid).expect("named queue exists");
+            self.purge(q, now);
+            let before = self.next_visible_if_watched(q, now);
+            let (seqs, dead) = pick(q, now, n);
+            let mut lsn = q.last_lsn;
+            if !dead.is_empty() {
+                lsn = self.set_aside(q, wal, now, &dead)?;
+            }
+            let mut out = Vec::with_capacity(seqs.len());
+            if !seqs.is_empty() {
                 let visible_ms = secs_after(now, vt);
                 let entries: Vec<Dequeued> = seqs
                     .iter()
@@ -818,15 +950,26 @@ impl<D: Disk> Shard<D> {
                     entries: entries.clone(),
                 })?;
                 q.last_lsn = pos.lsn;
-                let mut out = Vec::with_capacity(entries.len());
+                lsn = pos.lsn;
                 for e in &entries {
                     q.set_visibility(e.seq, visible_ms, e.receipt, Some(e.dequeue_count));
                     let m = q.get(e.seq).expect("message exists").clone();
                     out.push((m, self.body_source(e.seq, q)));
                 }
-                Ok((out, pos.lsn))
-            })
-            .await?;
+            }
+            self.poke(q, now, before);
+            let hint = WaitHint {
+                qid,
+                receive_wait_secs: q.attrs.receive_wait_secs,
+                next_visible: q.next_visible_after(now),
+            };
+            Ok(((out, hint), lsn))
+        })
+        .await
+    }
+
+    /// Loads the bodies of dequeued messages and builds the answer.
+    async fn deliver(&self, picked: Vec<(Message, BodySource<D::File>)>) -> Result<Vec<ReceivedMessage>, QueueError> {
         let (msgs, srcs): (Vec<Message>, Vec<BodySource<D::File>>) = picked.into_iter().unzip();
         let texts = self.load_all(srcs).await?;
         let mut out = Vec::with_capacity(msgs.len());
@@ -846,6 +989,14 @@ impl<D: Disk> Shard<D> {
             });
         }
         Ok(out)
+    }
+
+    /// Stops every long poll (each answers empty at once) and the
+    /// dead-letter mover ([`Shard::next_dead_letter`] returns `None`): the
+    /// server is shutting down.
+    pub fn stop_waiting(&self) {
+        self.waiters.close();
+        self.dead_ready.notify(usize::MAX);
     }
 
     /// Where to get the body at `loc`: the cache, or its segment's file
@@ -1066,6 +1217,7 @@ impl<D: Disk> Shard<D> {
                     reason: "The visibility timeout would extend past the message's expiration time.".into(),
                 });
             }
+            let before = self.next_visible_if_watched(q, now);
             let pos = match text {
                 Some(text) => {
                     let mut next = m.clone();
@@ -1095,6 +1247,7 @@ impl<D: Disk> Shard<D> {
                 }
             };
             q.last_lsn = pos.lsn;
+            self.poke(q, now, before);
             Ok((
                 UpdateReceipt {
                     pop_receipt: PopReceipt { nonce, seq }.encode(),
@@ -1193,6 +1346,34 @@ impl<D: Disk> Shard<D> {
         }
         Ok(out)
     }
+}
+
+/// What an empty Get Messages tells a long poll about its queue.
+struct WaitHint {
+    qid: u64,
+    receive_wait_secs: u64,
+    /// When the next invisible message becomes visible.
+    next_visible: Option<u64>,
+}
+
+/// The messages a Get Messages takes, in visibility order: up to `n` to
+/// deliver, and, when the queue has a dead-letter queue, those already
+/// delivered `hematite_max_dequeue_count` times, to set aside instead (at
+/// most MAX_DEAD_LETTERS_PER_GET, so one request's work stays bounded).
+fn pick(q: &Queue, now: u64, n: usize) -> (Vec<u64>, Vec<u64>) {
+    let limit = q.attrs.redrive.as_ref().map(|r| r.max_dequeue_count);
+    let (mut deliver, mut dead) = (Vec::with_capacity(n), Vec::new());
+    for seq in q.visible_seqs(now) {
+        if deliver.len() == n || dead.len() == MAX_DEAD_LETTERS_PER_GET {
+            break;
+        }
+        let count = q.get(seq).expect("visible message exists").dequeue_count;
+        match limit {
+            Some(k) if count >= k => dead.push(seq),
+            _ => deliver.push(seq),
+        }
+    }
+    (deliver, dead)
 }
 
 /// Put Message's `visibilitytimeout` (default 0) and `messagettl` (default

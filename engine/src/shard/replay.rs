@@ -37,7 +37,7 @@ impl State {
             q.name = name.clone();
             q
         });
-        q.metadata = metadata;
+        q.set_metadata(metadata);
         q.acl = acl;
         q.def_seg = pos.seg;
         q.def_frame_len = pos.frame_len;
