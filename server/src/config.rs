@@ -96,6 +96,13 @@ pub struct Config {
     #[arg(long = "host-suffix", env = "HEMATITE_HOST_SUFFIXES", value_delimiter = ',', default_value = crate::addressing::DEFAULT_HOST_SUFFIX)]
     pub host_suffixes: Vec<String>,
 
+    /// Seconds a message on its way to a dead-letter queue stays hidden: if
+    /// its move does not finish (a crash, the dead-letter queue deleted), a
+    /// Get Messages retries it after this (docs/EXTENSIONS.md).
+    #[arg(long, env = "HEMATITE_DEAD_LETTER_LEASE_SECS", default_value_t = engine::limits::DEAD_LETTER_LEASE_SECS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub dead_letter_lease_secs: u64,
+
     /// Answer stale pop receipts like Azurite (400 PopReceiptMismatch)
     /// instead of like Azure (404 MessageNotFound).
     #[arg(long, env = "HEMATITE_AZURITE_RECEIPT_ERRORS")]

@@ -31,6 +31,50 @@ pub struct Reaper {
 pub struct Watch {
     fd: RawFd,
     deadline: Cell<Option<Instant>>,
+    /// While a request that may wait long (a long poll) is handled: since
+    /// when. The reaper then checks whether the peer has gone.
+    busy_since: Cell<Option<Instant>>,
+    /// The peer closed while its request was handled.
+    gone: Cell<bool>,
+    gone_waker: RefCell<Option<std::task::Waker>>,
+}
+
+impl Watch {
+    /// Resolves once the reaper found the peer gone.
+    fn peer_gone(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.gone.get() {
+                return std::task::Poll::Ready(());
+            }
+            *self.gone_waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+    }
+
+    /// Whether the peer has closed its end (end-of-file or an error is
+    /// waiting), without consuming anything: a pipelined request that is
+    /// already here stays for the reader.
+    fn peer_closed(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: a one-byte peek into a local buffer on a socket the
+        // connection still owns; MSG_DONTWAIT never blocks.
+        let n = unsafe {
+            libc::recv(
+                self.fd,
+                std::ptr::addr_of_mut!(byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            return true;
+        }
+        n < 0
+            && !matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN) | Some(libc::EINTR)
+            )
+    }
 }
 
 impl Reaper {
@@ -40,6 +84,9 @@ impl Reaper {
         let w = Rc::new(Watch {
             fd,
             deadline: Cell::new(None),
+            busy_since: Cell::new(None),
+            gone: Cell::new(false),
+            gone_waker: RefCell::new(None),
         });
         self.conns.borrow_mut().insert(id, w.clone());
         (id, w)
@@ -60,6 +107,16 @@ impl Reaper {
                     // the blocked read then returns end-of-file.
                     unsafe {
                         libc::shutdown(w.fd, libc::SHUT_RDWR);
+                    }
+                }
+                let long = w
+                    .busy_since
+                    .get()
+                    .is_some_and(|t| now.duration_since(t) >= LONG_REQUEST);
+                if long && !w.gone.get() && w.peer_closed() {
+                    w.gone.set(true);
+                    if let Some(waker) = w.gone_waker.borrow_mut().take() {
+                        waker.wake();
                     }
                 }
             }
@@ -151,7 +208,11 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
             break;
         };
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
-        let resp = handle(&ctx, &req, peer).await;
+        let Some(resp) = handle_while_peer_stays(&ctx, &req, peer, &watch).await else {
+            // The peer left during a long poll: its request is dropped
+            // (a waiter leaves its queue's line), and so is the connection.
+            break;
+        };
         resp.encode(&mut out, req.method == "HEAD", !keep);
         if !keep {
             break;
@@ -209,6 +270,30 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
             None
         }
     }
+}
+
+/// Handles `req`; a GET (reads, and Get Messages, which may long-poll) is
+/// dropped if the peer closes meanwhile. Other methods always run to the
+/// end: their work is short, and some of it (service properties) is not
+/// written to be interrupted.
+async fn handle_while_peer_stays<D: engine::disk::Disk>(
+    ctx: &Ctx<D>,
+    req: &Request,
+    peer: IpAddr,
+    watch: &Watch,
+) -> Option<crate::http::Response> {
+    if req.method != "GET" {
+        return Some(handle(ctx, req, peer).await);
+    }
+    watch.busy_since.set(Some(Instant::now()));
+    let answered = async { Some(handle(ctx, req, peer).await) };
+    let gone = async {
+        watch.peer_gone().await;
+        None
+    };
+    let out = futures_lite::future::or(answered, gone).await;
+    watch.busy_since.set(None);
+    out
 }
 
 struct Unwatch(Rc<Reaper>, u64);

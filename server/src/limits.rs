@@ -45,6 +45,10 @@ impl Default for ConnLimits {
 /// How often each core checks connection deadlines (so timeouts fire up to
 /// this much late).
 pub const REAPER_TICK: Duration = Duration::from_millis(250);
+/// A GET handled for longer than this (a long poll) has its peer checked at
+/// every reaper tick: if the peer closed, the request is dropped, so a
+/// waiter whose client left does not take the next message.
+pub const LONG_REQUEST: Duration = Duration::from_secs(1);
 /// Read buffer growth step, and the size an idle connection's buffer returns to.
 pub const READ_CHUNK: usize = 16 * 1024;
 /// A read buffer that grew past this (one large body) is given back between

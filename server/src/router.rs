@@ -9,7 +9,7 @@ use engine::disk::dma::DmaDisk;
 use engine::disk::Disk;
 use engine::{QueueError, Shard};
 use futures::channel::oneshot;
-use futures::future::LocalBoxFuture;
+use futures::future::{select, Either, LocalBoxFuture};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::future::Future;
 use std::rc::Rc;
@@ -95,10 +95,19 @@ impl<D: Disk> Router<D> {
                 reason: format!("core {target} does not exist: this server has one core"),
             });
         };
-        let (tx, rx) = oneshot::channel();
+        let (mut tx, rx) = oneshot::channel();
         let job: Job<D> = Box::new(move |shard, service| {
             Box::pin(async move {
-                let _ = tx.send(work(shard, service).await);
+                // If the caller goes away (a long poll whose connection
+                // closed), the work is dropped with it, as it would be on
+                // the caller's own core: a waiter must not linger and take
+                // a message no one will receive.
+                let work = std::pin::pin!(work(shard, service));
+                let gone = tx.cancellation();
+                if let Either::Left((out, gone)) = select(work, gone).await {
+                    drop(gone);
+                    let _ = tx.send(out);
+                }
             })
         });
         if senders.send_to(target, job).await.is_err() {

@@ -327,9 +327,13 @@ async fn shard_main(
     let reaper = Rc::new(Reaper::default());
     let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
+    glommio::spawn_local(move_dead_letters(i, ctx.clone())).detach();
     let _ = ready.send(Ok(i));
     accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper).await;
     drop(listener);
+    // Long polls answer (empty) now, so their connections can drain; the
+    // dead-letter mover stops (an unfinished move is retried after a restart).
+    shard.stop_waiting();
     // Drain: connections finish their current request and close.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while conns.get() > 0 && std::time::Instant::now() < deadline {
@@ -383,6 +387,7 @@ async fn open_shard(i: usize, cfg: &Config) -> Result<Rc<Shard<DmaDisk>>, String
     scfg.segment_bytes = (cfg.segment_mib.max(1)) << 20;
     scfg.body_cache_bytes = cfg.body_cache_mib << 20;
     scfg.stale_receipt_is_mismatch = cfg.azurite_receipt_errors;
+    scfg.dead_letter_lease_ms = cfg.dead_letter_lease_secs.saturating_mul(1000);
     if cfg.quarantine_corrupt_segments {
         scfg.recovery = RecoveryMode::QuarantineCorrupt;
     }
@@ -399,6 +404,31 @@ async fn maintain(i: usize, shard: Rc<Shard<DmaDisk>>, stop: Arc<AtomicBool>) {
             tracing::error!(shard = i, "maintenance: {e}");
         }
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
+    }
+}
+
+/// Moves the messages this core's Get Messages set aside to their
+/// dead-letter queues, one at a time (engine `shard::dead_letters` has the
+/// steps and why a crash between them loses nothing). A move that fails
+/// leaves the message hidden in its queue until its lease runs out; then a
+/// Get sets it aside again.
+async fn move_dead_letters<D: engine::disk::Disk>(i: usize, ctx: Rc<Ctx<D>>) {
+    let shard = ctx.router.shard.clone();
+    while let Some(dl) = shard.next_dead_letter().await {
+        let owner = ctx.router.owner_of(&dl.account, &dl.to);
+        let copy = dl.clone();
+        let put = ctx
+            .router
+            .exec(owner, move |s, _| async move { s.put_dead_letter(&copy).await })
+            .await;
+        let moved = match put {
+            Ok(()) => shard.finish_dead_letter(&dl).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = moved {
+            tracing::warn!(shard = i, queue = %dl.from, dead_letter_queue = %dl.to, id = %dl.id, error = %e,
+                "dead-letter move failed; retried once the message's lease runs out");
+        }
     }
 }
 

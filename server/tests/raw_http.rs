@@ -417,3 +417,74 @@ fn put_message_batch_answers_each_message_in_order() {
     let missing = "/devstoreaccount1/nosuchq/messages?comp=batch";
     assert_eq!(c.call("POST", missing, &[], body.as_bytes()).unwrap().status, 404);
 }
+
+/// Long polling over raw HTTP (docs/EXTENSIONS.md): a Get Messages with
+/// `x-hematite-wait-seconds` waits on an empty queue, answers as soon as a
+/// message is put, and at shutdown answers empty instead of holding the
+/// drain. Two shards, so the waiter may sit on another core than its
+/// connection.
+#[test]
+fn long_poll_answers_on_put_and_is_drained_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = proc::free_port();
+    let cmd = proc::command(
+        env!("CARGO_BIN_EXE_hematite").as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "2", "--io-memory-kib", "512"],
+    );
+    let mut child = proc::spawn_ready(cmd).expect("hematite starts");
+    let mut c = client::Client::new(port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/pollq", &[], b"").unwrap().status, 201);
+    let wait = move |secs: &'static str| {
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let r = client::Client::new(port)
+                .call(
+                    "GET",
+                    "/devstoreaccount1/pollq/messages",
+                    &[("x-hematite-wait-seconds", secs)],
+                    b"",
+                )
+                .unwrap();
+            (r, started.elapsed())
+        })
+    };
+    let waiter = wait("10");
+    std::thread::sleep(Duration::from_millis(400));
+    let put = c.call(
+        "POST",
+        "/devstoreaccount1/pollq/messages",
+        &[],
+        &client::message_xml("hello"),
+    );
+    assert_eq!(put.unwrap().status, 201);
+    let (got, took) = waiter.join().unwrap();
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert_eq!(client::all_between(&got.body, "MessageText"), ["hello"], "{}", got.body);
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+
+    let bad = c.call(
+        "GET",
+        "/devstoreaccount1/pollq/messages",
+        &[("x-hematite-wait-seconds", "21")],
+        b"",
+    );
+    assert_eq!(bad.unwrap().code(), "InvalidHeaderValue");
+
+    let waiter = wait("20");
+    std::thread::sleep(Duration::from_millis(400));
+    let stopped = std::time::Instant::now();
+    let status = proc::stop(&mut child);
+    let (got, _) = waiter.join().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "the drain waited for the long poll"
+    );
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert!(client::all_between(&got.body, "MessageText").is_empty(), "{}", got.body);
+}

@@ -30,6 +30,7 @@ impl Op for CreateQueue {
 
     async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
         let (account, CreateQueue { queue, metadata }) = (t.account.clone(), self);
+        super::check_dead_letter_queue(ctx, &account, &queue, &metadata).await?;
         let owner = ctx.router.owner_of(&account, &queue);
         let created = ctx
             .router

@@ -1,5 +1,10 @@
 //! Get Messages: `GET /{queue}/messages?numofmessages=&visibilitytimeout=` →
 //! 200 with up to 32 messages, each now invisible with a fresh receipt.
+//!
+//! Long polling (Hematite's extension, docs/EXTENSIONS.md): on an empty
+//! queue the call waits up to `x-hematite-wait-seconds` (0–20), or the
+//! queue's `hematite_receive_wait_seconds`, for a message. Without either
+//! it answers at once, as Azure does.
 
 use super::{Needs, Op, SasRule};
 use crate::addressing::Target;
@@ -8,11 +13,16 @@ use crate::handler::Ctx;
 use crate::http::{Request, Response};
 use crate::xmlio;
 use engine::disk::Disk;
+use engine::limits::MAX_RECEIVE_WAIT_SECS;
+
+/// The request header that asks for (or, with 0, refuses) a long poll.
+pub const WAIT_HEADER: &str = "x-hematite-wait-seconds";
 
 pub struct GetMessages {
     queue: String,
     n: Option<i64>,
     visibility_timeout: Option<i64>,
+    wait_secs: Option<u64>,
 }
 
 impl Op for GetMessages {
@@ -21,11 +31,21 @@ impl Op for GetMessages {
         account_sas: Some(("o", "p")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+        let wait_secs = match req.header(WAIT_HEADER) {
+            None => None,
+            Some(v) => Some(
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|w| *w <= MAX_RECEIVE_WAIT_SECS && !v.starts_with('+'))
+                    .ok_or_else(|| ApiError::invalid_header(WAIT_HEADER, v))?,
+            ),
+        };
         Ok(GetMessages {
             queue: super::queue_of(t)?,
             n: super::int_param(t, "numofmessages")?,
             visibility_timeout: super::int_param(t, "visibilitytimeout")?,
+            wait_secs,
         })
     }
 
@@ -35,14 +55,24 @@ impl Op for GetMessages {
             queue,
             n,
             visibility_timeout,
+            wait_secs,
         } = self;
+        // A wait never outlasts the request timeout. The engine bounds it by
+        // its own clock; this timer bounds it by ours too, in case the wall
+        // clock steps back while a call waits.
+        let max_wait = ctx.limits.request_timeout;
+        let max_wait_ms = u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX);
         let owner = ctx.router.owner_of(&account, &queue);
-        let got = ctx
-            .router
-            .exec(owner, move |shard, _| async move {
-                shard.get_messages(&account, &queue, n, visibility_timeout).await
-            })
-            .await?;
+        let get = ctx.router.exec(owner, move |shard, _| async move {
+            shard
+                .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms)
+                .await
+        });
+        let cap = async {
+            glommio::timer::sleep(max_wait.saturating_add(std::time::Duration::from_secs(1))).await;
+            Ok(Vec::new())
+        };
+        let got = futures_lite::future::or(get, cap).await?;
         Ok(Response::new(200).xml(xmlio::write_received(&got)))
     }
 }

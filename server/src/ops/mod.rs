@@ -43,8 +43,44 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::handler::Ctx;
 use crate::http::{Request, Response};
+use engine::attributes::{self, QueueAttributes};
 use engine::disk::Disk;
 use engine::model::Metadata;
+
+/// A dead-letter queue named in `metadata` must exist when it is named
+/// (it may live on another core). Anything else wrong with the reserved
+/// keys is left to the engine, which reports it in its own order.
+async fn check_dead_letter_queue<D: Disk>(
+    ctx: &Ctx<D>,
+    account: &str,
+    queue: &str,
+    metadata: &Metadata,
+) -> Result<(), ApiError> {
+    let Ok(QueueAttributes {
+        redrive: Some(redrive), ..
+    }) = QueueAttributes::parse(queue, metadata)
+    else {
+        return Ok(());
+    };
+    let (acct, dlq) = (account.to_string(), redrive.dead_letter_queue.clone());
+    let owner = ctx.router.owner_of(&acct, &dlq);
+    let found = ctx
+        .router
+        .exec(
+            owner,
+            move |shard, _| async move { shard.get_properties(&acct, &dlq).await },
+        )
+        .await;
+    match found {
+        Err(engine::QueueError::QueueNotFound) => Err(engine::QueueError::InvalidQueueAttribute {
+            key: attributes::DEAD_LETTER_QUEUE.to_string(),
+            value: redrive.dead_letter_queue,
+            reason: "no queue of that name exists in this account".into(),
+        }
+        .into()),
+        other => other.map(|_| ()).map_err(ApiError::from),
+    }
+}
 
 /// What a SAS must grant for an operation. The account key may do anything.
 #[derive(Debug, Clone, Copy)]

@@ -29,6 +29,7 @@ impl Op for SetQueueMetadata {
 
     async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
         let (account, SetQueueMetadata { queue, metadata }) = (t.account.clone(), self);
+        super::check_dead_letter_queue(ctx, &account, &queue, &metadata).await?;
         let owner = ctx.router.owner_of(&account, &queue);
         ctx.router
             .exec(owner, move |shard, _| async move {
