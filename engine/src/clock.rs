@@ -7,15 +7,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time, and timers on it. Owned by one shard (one
 /// core); not `Send`.
 pub trait Clock {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
-    /// Resolves once the clock reads `ms` or later (long polling's timers).
-    fn sleep_until(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
+    /// Milliseconds on a clock that never goes back (wall-clock steps do
+    /// not move it): what bounds a long poll's wait.
+    fn monotonic_ms(&self) -> u64;
+    /// Resolves once `ms` milliseconds have passed on the monotonic clock
+    /// (long polling's timers).
+    fn sleep_ms(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
 }
 
 /// The real wall clock. Its timers are glommio's, so they work on a
@@ -31,9 +35,13 @@ impl Clock for SystemClock {
             .unwrap_or(0)
     }
 
-    fn sleep_until(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
-        let wait = Duration::from_millis(ms.saturating_sub(self.now_ms()));
-        Box::pin(glommio::timer::sleep(wait))
+    fn monotonic_ms(&self) -> u64 {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_millis() as u64
+    }
+
+    fn sleep_ms(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        Box::pin(glommio::timer::sleep(Duration::from_millis(ms)))
     }
 }
 
@@ -47,6 +55,9 @@ pub struct ManualClock {
 #[derive(Debug, Default)]
 struct Manual {
     now: Cell<u64>,
+    /// Moves forward by every forward step of `now`, and not back with it.
+    monotonic: Cell<u64>,
+    /// Timers on the monotonic clock.
     timers: RefCell<Vec<(u64, Waker)>>,
 }
 
@@ -60,10 +71,13 @@ impl ManualClock {
         self.set_ms(self.inner.now.get() + ms);
     }
     pub fn set_ms(&self, ms: u64) {
+        let forward = ms.saturating_sub(self.inner.now.get());
         self.inner.now.set(ms);
+        let mono = self.inner.monotonic.get().saturating_add(forward);
+        self.inner.monotonic.set(mono);
         let due: Vec<Waker> = {
             let mut timers = self.inner.timers.borrow_mut();
-            let (due, later) = timers.drain(..).partition(|(at, _)| *at <= ms);
+            let (due, later) = timers.drain(..).partition(|(at, _)| *at <= mono);
             *timers = later;
             due.into_iter().map(|(_, w)| w).collect()
         };
@@ -76,10 +90,14 @@ impl Clock for ManualClock {
         self.inner.now.get()
     }
 
-    fn sleep_until(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+    fn monotonic_ms(&self) -> u64 {
+        self.inner.monotonic.get()
+    }
+
+    fn sleep_ms(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
         Box::pin(ManualSleep {
             clock: self.inner.clone(),
-            at: ms,
+            at: self.inner.monotonic.get().saturating_add(ms),
         })
     }
 }
@@ -92,7 +110,7 @@ struct ManualSleep {
 impl Future for ManualSleep {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.clock.now.get() >= self.at {
+        if self.clock.monotonic.get() >= self.at {
             return Poll::Ready(());
         }
         self.clock.timers.borrow_mut().push((self.at, cx.waker().clone()));
@@ -104,7 +122,10 @@ impl<C: Clock + ?Sized> Clock for std::rc::Rc<C> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
     }
-    fn sleep_until(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
-        (**self).sleep_until(ms)
+    fn monotonic_ms(&self) -> u64 {
+        (**self).monotonic_ms()
+    }
+    fn sleep_ms(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        (**self).sleep_ms(ms)
     }
 }

@@ -32,6 +32,9 @@ pub const MAX_DEAD_LETTER_DEQUEUE_COUNT: u64 = 1_000;
 /// move does not finish (a crash, the dead-letter queue gone), the message
 /// becomes visible again afterwards and the next Get Messages retries it.
 pub const DEAD_LETTER_LEASE_SECS: i64 = 30;
+/// Dead-letter queues a chain may pass through (each may have its own):
+/// setting a dead-letter queue follows the chain this far to refuse cycles.
+pub const MAX_DEAD_LETTER_CHAIN: usize = 8;
 /// Messages a Get Messages sets aside for the dead-letter queue at most, on
 /// top of the ones it delivers: bounds the work of one request.
 pub const MAX_DEAD_LETTERS_PER_GET: usize = 32;

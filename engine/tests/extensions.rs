@@ -309,3 +309,46 @@ fn a_missing_dead_letter_queue_keeps_the_message_at_home() {
         1
     );
 }
+
+#[test]
+fn a_copy_that_is_itself_leaving_does_not_count_as_moved() {
+    // work → dlq → work: a cycle the server refuses when set, but racing
+    // metadata changes could still make one. The original in `work` is on
+    // its way out; a move from `dlq` back into `work` must not be taken as
+    // done because `work` "already holds" it, or both copies could go.
+    let (_d, clock, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
+        s.create_queue(ACCT, "work", redrive("1")).await.unwrap();
+        s.put_message(ACCT, "work", "poison".into(), None, None).await.unwrap();
+    });
+    assert_eq!(deliver_once(&s, &clock), 1);
+    assert_eq!(deliver_once(&s, &clock), 0);
+    let out = block_on(s.next_dead_letter()).unwrap();
+    block_on(s.put_dead_letter(&out)).unwrap();
+    let back = engine::shard::DeadLetter {
+        from: "dlq".into(),
+        to: "work".into(),
+        ..out.clone()
+    };
+    assert!(
+        matches!(block_on(s.put_dead_letter(&back)), Err(QueueError::ServerBusy { .. })),
+        "the original in work is leaving: refused, so dlq keeps its copy"
+    );
+    block_on(s.finish_dead_letter(&out)).unwrap();
+    assert_eq!(block_on(s.peek_messages(ACCT, "dlq", None)).unwrap().len(), 1);
+}
+
+#[test]
+fn a_wall_clock_stepping_back_does_not_stretch_a_wait() {
+    let (_d, clock, s) = fresh();
+    let s = Rc::new(s);
+    let mut pool = LocalPool::new();
+    block_on(s.create_queue(ACCT, "work", md(&[]))).unwrap();
+    let got = poll_for(&pool, &s, "work", Some(3));
+    pool.run_until_stalled();
+    clock.set_ms(T0 - 3_600_000);
+    clock.advance_ms(3_000);
+    pool.run_until_stalled();
+    assert_eq!(texts(&got), Some(vec![]), "3 s passed, whatever the wall clock says");
+}

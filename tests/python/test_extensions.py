@@ -120,6 +120,15 @@ def test_dead_letter_queue_takes_a_message_delivered_too_often(svc, queue):
     dlq.delete_queue()
 
 
+def test_a_cycle_of_dead_letter_queues_is_refused(svc, queue):
+    dlq = other_queue(svc)
+    queue.set_queue_metadata({"hematite_max_dequeue_count": "2", "hematite_dead_letter_queue": dlq.queue_name})
+    with pytest.raises(HttpResponseError) as e:
+        dlq.set_queue_metadata({"hematite_max_dequeue_count": "2", "hematite_dead_letter_queue": queue.queue_name})
+    assert e.value.error_code == "InvalidMetadata" and "hematite_dead_letter_queue" in str(e.value)
+    dlq.delete_queue()
+
+
 def test_batches_through_the_sdks_signed_pipeline(queue):
     client = queue._client  # the SDK's generated client: its pipeline signs with the account key
     url = f"{queue.url}/messages?comp=batch"

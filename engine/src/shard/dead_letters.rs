@@ -142,14 +142,35 @@ impl<D: Disk> Shard<D> {
 
     /// Step 2, on the dead-letter queue's shard: puts the copy, visible now,
     /// durably. If the queue already holds a message with that id (an
-    /// earlier try of this move), it is left as it is; if the message has
-    /// expired meanwhile, nothing is put (it would be gone anyway).
+    /// earlier try of this move), it is left as it is, unless that message
+    /// is one this queue would itself set aside: then the move is refused
+    /// for now, so the original stays. If the message has expired
+    /// meanwhile, nothing is put (it would be gone anyway).
     pub async fn put_dead_letter(&self, dl: &DeadLetter) -> Result<(), QueueError> {
         let body: Rc<[u8]> = Rc::from(dl.text.as_bytes());
         self.mutate(|st, wal, now| {
             let qid = st.lookup(&dl.account, &dl.to).ok_or(QueueError::QueueNotFound)?;
             let q = &st.queues[&qid];
-            if q.find(&dl.id).is_some() || dl.expires_ms <= now {
+            if let Some(held) = q.find(&dl.id) {
+                // The copy held here may itself be on its way out (dead-letter
+                // queues that chain back, or a cycle made by racing metadata
+                // changes): if this queue would set it aside, the source must
+                // not delete its original on the strength of it.
+                if q.attrs
+                    .redrive
+                    .as_ref()
+                    .is_some_and(|r| held.dequeue_count >= r.max_dequeue_count)
+                {
+                    return Err(QueueError::ServerBusy {
+                        reason: format!(
+                            "message {} is itself leaving queue {}; the move is retried later",
+                            dl.id, dl.to
+                        ),
+                    });
+                }
+                return Ok(((), q.last_lsn));
+            }
+            if dl.expires_ms <= now {
                 return Ok(((), q.last_lsn));
             }
             let state = MessageState {

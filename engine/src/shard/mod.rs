@@ -885,7 +885,10 @@ impl<D: Disk> Shard<D> {
             1,
             MAX_VISIBILITY_TIMEOUT_SECS,
         )?;
-        let start = self.now();
+        // The wait is measured on the monotonic clock, so a wall clock
+        // stepping back cannot stretch it; visible-at times are wall-clock
+        // times and only shorten a sleep.
+        let start = self.clock.monotonic_ms();
         let mut ticket: Option<Ticket> = None;
         loop {
             let (picked, hint) = self.dequeue(account, name, n, vt).await?;
@@ -896,19 +899,19 @@ impl<D: Disk> Shard<D> {
                 .unwrap_or(hint.receive_wait_secs)
                 .saturating_mul(1000)
                 .min(max_wait_ms);
-            let deadline = start.saturating_add(wait_ms);
-            if self.now() >= deadline || self.waiters.closed() {
+            let left = start.saturating_add(wait_ms).saturating_sub(self.clock.monotonic_ms());
+            if left == 0 || self.waiters.closed() {
                 return Ok(Vec::new());
             }
             let t = match ticket.take() {
                 Some(t) if t.qid == hint.qid => t,
                 _ => self.waiters.join(hint.qid),
             };
-            let until = match hint.next_visible {
-                Some(v) if t.is_head() => v.min(deadline),
-                _ => deadline,
+            let sleep = match hint.next_visible {
+                Some(v) if t.is_head() => left.min(v.saturating_sub(self.now())),
+                _ => left,
             };
-            t.wait(self.clock.sleep_until(until)).await;
+            t.wait(self.clock.sleep_ms(sleep)).await;
             ticket = Some(t);
         }
     }

@@ -57,22 +57,18 @@ impl Op for GetMessages {
             visibility_timeout,
             wait_secs,
         } = self;
-        // A wait never outlasts the request timeout. The engine bounds it by
-        // its own clock; this timer bounds it by ours too, in case the wall
-        // clock steps back while a call waits.
-        let max_wait = ctx.limits.request_timeout;
-        let max_wait_ms = u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX);
+        // A wait never outlasts the request timeout (the engine measures
+        // it on the monotonic clock).
+        let max_wait_ms = u64::try_from(ctx.limits.request_timeout.as_millis()).unwrap_or(u64::MAX);
         let owner = ctx.router.owner_of(&account, &queue);
-        let get = ctx.router.exec(owner, move |shard, _| async move {
-            shard
-                .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms)
-                .await
-        });
-        let cap = async {
-            glommio::timer::sleep(max_wait.saturating_add(std::time::Duration::from_secs(1))).await;
-            Ok(Vec::new())
-        };
-        let got = futures_lite::future::or(get, cap).await?;
+        let got = ctx
+            .router
+            .exec(owner, move |shard, _| async move {
+                shard
+                    .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms)
+                    .await
+            })
+            .await?;
         Ok(Response::new(200).xml(xmlio::write_received(&got)))
     }
 }

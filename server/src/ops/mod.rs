@@ -62,24 +62,44 @@ async fn check_dead_letter_queue<D: Disk>(
     else {
         return Ok(());
     };
-    let (acct, dlq) = (account.to_string(), redrive.dead_letter_queue.clone());
-    let owner = ctx.router.owner_of(&acct, &dlq);
-    let found = ctx
-        .router
-        .exec(
-            owner,
-            move |shard, _| async move { shard.get_properties(&acct, &dlq).await },
-        )
-        .await;
-    match found {
-        Err(engine::QueueError::QueueNotFound) => Err(engine::QueueError::InvalidQueueAttribute {
+    let refuse = |reason: &str| -> ApiError {
+        engine::QueueError::InvalidQueueAttribute {
             key: attributes::DEAD_LETTER_QUEUE.to_string(),
-            value: redrive.dead_letter_queue,
-            reason: "no queue of that name exists in this account".into(),
+            value: redrive.dead_letter_queue.clone(),
+            reason: reason.into(),
         }
-        .into()),
-        other => other.map(|_| ()).map_err(ApiError::from),
+        .into()
+    };
+    // Follow the chain of dead-letter queues: the first must exist, and
+    // none may lead back here (a cycle would move messages round forever).
+    let mut next = redrive.dead_letter_queue.clone();
+    for hop in 0..engine::limits::MAX_DEAD_LETTER_CHAIN {
+        let (acct, q) = (account.to_string(), next.clone());
+        let owner = ctx.router.owner_of(&acct, &q);
+        let found = ctx
+            .router
+            .exec(
+                owner,
+                move |shard, _| async move { shard.get_properties(&acct, &q).await },
+            )
+            .await;
+        let metadata = match found {
+            Ok(p) => p.metadata,
+            Err(engine::QueueError::QueueNotFound) if hop == 0 => {
+                return Err(refuse("no queue of that name exists in this account"))
+            }
+            Err(engine::QueueError::QueueNotFound) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        match QueueAttributes::of_stored(&next, &metadata).redrive {
+            None => return Ok(()),
+            Some(r) if r.dead_letter_queue == queue => {
+                return Err(refuse("its dead-letter queues lead back to this queue"))
+            }
+            Some(r) => next = r.dead_letter_queue,
+        }
     }
+    Err(refuse("the chain of dead-letter queues is too long"))
 }
 
 /// What a SAS must grant for an operation. The account key may do anything.
