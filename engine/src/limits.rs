@@ -32,6 +32,9 @@ pub const MAX_DEAD_LETTER_DEQUEUE_COUNT: u64 = 1_000;
 /// move does not finish (a crash, the dead-letter queue gone), the message
 /// becomes visible again afterwards and the next Get Messages retries it.
 pub const DEAD_LETTER_LEASE_SECS: i64 = 30;
+/// Visible messages one Get Messages looks at, at most, for deliverable
+/// ones among those bound for the dead-letter queue.
+pub const MAX_GET_SCAN: usize = 1_024;
 /// Dead-letter queues a chain may pass through (each may have its own):
 /// setting a dead-letter queue follows the chain this far to refuse cycles.
 pub const MAX_DEAD_LETTER_CHAIN: usize = 8;

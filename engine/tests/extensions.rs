@@ -26,7 +26,9 @@ fn poll_for(pool: &LocalPool, s: &Rc<Shard<SimDisk>>, queue: &'static str, wait:
     let (s, out) = (s.clone(), got.clone());
     pool.spawner()
         .spawn_local(async move {
-            let r = s.receive_messages(ACCT, queue, Some(1), Some(30), wait, 60_000).await;
+            let r = s
+                .receive_messages(ACCT, queue, Some(1), Some(30), wait, 60_000, std::future::pending())
+                .await;
             *out.borrow_mut() = Some(r.map(|v| v.into_iter().map(|m| m.text).collect()));
         })
         .unwrap();
@@ -174,7 +176,7 @@ fn a_waiter_that_leaves_passes_its_wake_up_on() {
     block_on(s.create_queue(ACCT, "work", md(&[]))).unwrap();
     // The first waiter is a future we hold, so we can drop it (its
     // connection closed) after it was woken but before it ran.
-    let mut first = Box::pin(s.receive_messages(ACCT, "work", Some(1), None, Some(20), 60_000));
+    let mut first = Box::pin(s.receive_messages(ACCT, "work", Some(1), None, Some(20), 60_000, std::future::pending()));
     let waker = futures::task::noop_waker();
     let mut cx = std::task::Context::from_waker(&waker);
     assert!(first.as_mut().poll(&mut cx).is_pending());
@@ -351,4 +353,45 @@ fn a_wall_clock_stepping_back_does_not_stretch_a_wait() {
     clock.advance_ms(3_000);
     pool.run_until_stalled();
     assert_eq!(texts(&got), Some(vec![]), "3 s passed, whatever the wall clock says");
+}
+
+#[test]
+fn a_put_while_the_first_look_waits_for_durability_is_not_missed() {
+    let (_d, clock, s) = fresh();
+    let s = Rc::new(s);
+    let mut pool = LocalPool::new();
+    block_on(s.create_queue(ACCT, "work", md(&[]))).unwrap();
+    // Past the recorded clock floor: the poll's first look appends a CLOCK
+    // record and waits for it to be durable; the put lands in that wait.
+    clock.advance_ms(5_000);
+    let got = poll_for(&pool, &s, "work", Some(20));
+    let put = s.clone();
+    pool.spawner()
+        .spawn_local(async move {
+            put.put_message(ACCT, "work", "early".into(), None, None).await.unwrap();
+        })
+        .unwrap();
+    pool.run_until_stalled();
+    assert_eq!(texts(&got), Some(vec!["early".to_string()]));
+}
+
+#[test]
+fn deliverable_messages_behind_many_dead_ones_are_still_delivered() {
+    let (_d, clock, s) = fresh();
+    block_on(async {
+        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
+        s.create_queue(ACCT, "work", md(&[])).await.unwrap();
+        for i in 0..40 {
+            s.put_message(ACCT, "work", format!("old{i}"), None, None)
+                .await
+                .unwrap();
+        }
+        assert_eq!(s.get_messages(ACCT, "work", Some(32), Some(1)).await.unwrap().len(), 32);
+        assert_eq!(s.get_messages(ACCT, "work", Some(32), Some(1)).await.unwrap().len(), 8);
+        s.set_metadata(ACCT, "work", redrive("1")).await.unwrap();
+    });
+    clock.advance_ms(1_000);
+    block_on(s.put_message(ACCT, "work", "fresh".into(), None, None)).unwrap();
+    let got = block_on(s.get_messages(ACCT, "work", Some(1), None)).unwrap();
+    assert_eq!(got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), ["fresh"]);
 }

@@ -59,6 +59,7 @@ fn signed_put() -> (Request, Vec<u8>) {
         http10: false,
         headers,
         body: vec![],
+        hangup: None,
     };
     let key = base64::engine::general_purpose::STANDARD.decode(KEY).unwrap();
     let t = parse_target(&req, &server::addressing::Addressing::path_style_only()).unwrap();

@@ -228,6 +228,7 @@ pub(crate) mod tests {
             http10: false,
             headers: vec![("Host".into(), host.into())],
             body: vec![],
+            hangup: None,
         }
     }
 

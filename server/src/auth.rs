@@ -368,14 +368,25 @@ fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiEr
     Ok(())
 }
 
-fn common_sas_checks(sas: &Sas, peer: IpAddr) -> Result<(), ApiError> {
+/// Who sent a request, as a SAS's `sip` and `spr` judge it.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub ip: IpAddr,
+    /// The request came over TLS (the server runs with `--cert`).
+    pub https: bool,
+}
+
+fn common_sas_checks(sas: &Sas, caller: Caller) -> Result<(), ApiError> {
     if let Some(sip) = &sas.sip {
-        if !sip.is_empty() && !in_ip_range(sip, peer) {
+        if !sip.is_empty() && !in_ip_range(sip, caller.ip) {
             return Err(Denied::SourceIpMismatch.into());
         }
     }
+    // `spr` is `https` or `https,http` ("Create a service SAS"): a plain
+    // HTTP request needs the second.
     if let Some(spr) = &sas.spr {
-        if !spr.split(',').any(|p| p.trim() == "http") {
+        let scheme = if caller.https { "https" } else { "http" };
+        if !spr.split(',').any(|p| p.trim() == scheme) {
             return Err(Denied::ProtocolMismatch.into());
         }
     }
@@ -407,7 +418,7 @@ fn check_permissions(sp: &str, allowed: &str) -> Result<(), ApiError> {
 }
 
 /// Verifies an account SAS ("Create an account SAS"). Authorization happens in [`authorize`].
-pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) -> Result<Principal, ApiError> {
+pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, caller: Caller) -> Result<Principal, ApiError> {
     let sv = sas
         .sv
         .as_deref()
@@ -440,7 +451,7 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, peer: IpAddr) 
         )));
     }
     check_window(sas.st.as_deref(), se, now)?;
-    common_sas_checks(sas, peer)?;
+    common_sas_checks(sas, caller)?;
     Ok(Principal::AccountSas {
         services: opt(&sas.ss).to_string(),
         resource_types: opt(&sas.srt).to_string(),
@@ -484,7 +495,7 @@ pub fn service_sas_grant(
     sas: &Sas,
     policy: Option<&SignedIdentifier>,
     now: SystemTime,
-    peer: IpAddr,
+    caller: Caller,
 ) -> Result<Principal, ApiError> {
     // Merge with the stored policy: each field from exactly one side.
     let (mut sp, mut st, mut se) = (sas.sp.clone(), sas.st.clone(), sas.se.clone());
@@ -521,7 +532,7 @@ pub fn service_sas_grant(
     let sp = sp.ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
     check_permissions(&sp, SERVICE_SAS_LETTERS)?;
     check_window(st.as_deref(), &se, now)?;
-    common_sas_checks(sas, peer)?;
+    common_sas_checks(sas, caller)?;
     Ok(Principal::ServiceSas { permissions: sp })
 }
 
@@ -533,10 +544,10 @@ pub fn service_sas(
     queue: &str,
     policy: Option<&SignedIdentifier>,
     now: SystemTime,
-    peer: IpAddr,
+    caller: Caller,
 ) -> Result<Principal, ApiError> {
     verify_service_sas(sas, account, queue)?;
-    service_sas_grant(sas, policy, now, peer)
+    service_sas_grant(sas, policy, now, caller)
 }
 
 /// Why an authenticated request may not run its operation: 403 with the
@@ -614,6 +625,7 @@ mod tests {
             http10: false,
             headers: h,
             body: vec![],
+            hangup: None,
         }
     }
 
@@ -670,7 +682,18 @@ mod tests {
             sig: Some(signature(&acct().keys[0], sts)),
             ..Default::default()
         };
-        let who = service_sas(&sas, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).unwrap();
+        let who = service_sas(
+            &sas,
+            &acct(),
+            "sasq",
+            None,
+            now,
+            Caller {
+                ip: "127.0.0.1".parse().unwrap(),
+                https: false,
+            },
+        )
+        .unwrap();
         assert!(authorize(&who, &needs(Operation::PutMessage)).is_ok());
         assert_eq!(
             authorize(&who, &needs(Operation::UpdateMessage)).unwrap_err(),
@@ -682,9 +705,19 @@ mod tests {
         );
         // another queue: the signature no longer matches
         assert_eq!(
-            service_sas(&sas, &acct(), "other", None, now, "127.0.0.1".parse().unwrap())
-                .unwrap_err()
-                .code,
+            service_sas(
+                &sas,
+                &acct(),
+                "other",
+                None,
+                now,
+                Caller {
+                    ip: "127.0.0.1".parse().unwrap(),
+                    https: false
+                }
+            )
+            .unwrap_err()
+            .code,
             "AuthenticationFailed"
         );
         // expired
@@ -695,7 +728,18 @@ mod tests {
             sig: Some(signature(&acct().keys[0], sts)),
             ..sas.clone()
         };
-        let e = service_sas(&old, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).unwrap_err();
+        let e = service_sas(
+            &old,
+            &acct(),
+            "sasq",
+            None,
+            now,
+            Caller {
+                ip: "127.0.0.1".parse().unwrap(),
+                https: false,
+            },
+        )
+        .unwrap_err();
         assert!(e.details[0].1.contains("time frame"));
         // a stored policy supplies sp and se
         let sts = "\n\n\n/queue/devstoreaccount1/sasq\np1\n\n\n2026-10-06";
@@ -717,11 +761,25 @@ mod tests {
             "sasq",
             Some(&policy),
             now,
-            "127.0.0.1".parse().unwrap(),
+            Caller {
+                ip: "127.0.0.1".parse().unwrap(),
+                https: false,
+            },
         )
         .unwrap();
         assert!(authorize(&who, &needs(Operation::GetMessages)).is_ok());
-        assert!(service_sas(&with_si, &acct(), "sasq", None, now, "127.0.0.1".parse().unwrap()).is_err());
+        assert!(service_sas(
+            &with_si,
+            &acct(),
+            "sasq",
+            None,
+            now,
+            Caller {
+                ip: "127.0.0.1".parse().unwrap(),
+                https: false
+            }
+        )
+        .is_err());
     }
 
     #[test]
@@ -737,7 +795,16 @@ mod tests {
             sig: Some(signature(&acct().keys[0], sts)),
             ..Default::default()
         };
-        let who = account_sas(&sas, &acct(), now, "10.0.0.1".parse().unwrap()).unwrap();
+        let who = account_sas(
+            &sas,
+            &acct(),
+            now,
+            Caller {
+                ip: "10.0.0.1".parse().unwrap(),
+                https: false,
+            },
+        )
+        .unwrap();
         assert!(authorize(&who, &needs(Operation::ListQueues)).is_ok());
         assert_eq!(
             authorize(&who, &needs(Operation::DeleteQueue)).unwrap_err(),
@@ -747,7 +814,16 @@ mod tests {
             sip: Some("1.2.3.4".into()),
             ..sas.clone()
         };
-        assert!(account_sas(&ip, &acct(), now, "10.0.0.1".parse().unwrap()).is_err());
+        assert!(account_sas(
+            &ip,
+            &acct(),
+            now,
+            Caller {
+                ip: "10.0.0.1".parse().unwrap(),
+                https: false
+            }
+        )
+        .is_err());
         let blob_only = Principal::AccountSas {
             services: "b".into(),
             resource_types: "sco".into(),

@@ -4,7 +4,7 @@
 
 use crate::error::ApiError;
 use crate::handler::{handle, Ctx};
-use crate::http::{FrameError, Reader, Request};
+use crate::http::{FrameError, Hangup, Reader, Request};
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
@@ -34,23 +34,11 @@ pub struct Watch {
     /// While a request that may wait long (a long poll) is handled: since
     /// when. The reaper then checks whether the peer has gone.
     busy_since: Cell<Option<Instant>>,
-    /// The peer closed while its request was handled.
-    gone: Cell<bool>,
-    gone_waker: RefCell<Option<std::task::Waker>>,
+    /// Raised when the peer closed while its request was handled.
+    hangup: RefCell<Option<Rc<Hangup>>>,
 }
 
 impl Watch {
-    /// Resolves once the reaper found the peer gone.
-    fn peer_gone(&self) -> impl std::future::Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            if self.gone.get() {
-                return std::task::Poll::Ready(());
-            }
-            *self.gone_waker.borrow_mut() = Some(cx.waker().clone());
-            std::task::Poll::Pending
-        })
-    }
-
     /// Whether the peer has closed its end (end-of-file or an error is
     /// waiting), without consuming anything: a pipelined request that is
     /// already here stays for the reader.
@@ -85,8 +73,7 @@ impl Reaper {
             fd,
             deadline: Cell::new(None),
             busy_since: Cell::new(None),
-            gone: Cell::new(false),
-            gone_waker: RefCell::new(None),
+            hangup: RefCell::new(None),
         });
         self.conns.borrow_mut().insert(id, w.clone());
         (id, w)
@@ -113,10 +100,11 @@ impl Reaper {
                     .busy_since
                     .get()
                     .is_some_and(|t| now.duration_since(t) >= LONG_REQUEST);
-                if long && !w.gone.get() && w.peer_closed() {
-                    w.gone.set(true);
-                    if let Some(waker) = w.gone_waker.borrow_mut().take() {
-                        waker.wake();
+                if long {
+                    if let Some(h) = w.hangup.borrow().as_ref().filter(|h| !h.raised()) {
+                        if w.peer_closed() {
+                            h.raise();
+                        }
                     }
                 }
             }
@@ -208,12 +196,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
             break;
         };
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
-        let Some(resp) = handle_while_peer_stays(&ctx, &req, peer, &watch).await else {
-            // The peer left during a long poll: its request is dropped
-            // (a waiter leaves its queue's line), and so is the connection.
-            break;
-        };
-        resp.encode(&mut out, req.method == "HEAD", !keep);
+        let head = req.method == "HEAD";
+        let resp = handle_watching_peer(&ctx, req, peer, &watch).await;
+        resp.encode(&mut out, head, !keep);
         if !keep {
             break;
         }
@@ -272,28 +257,27 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Handles `req`; a GET (reads, and Get Messages, which may long-poll) is
-/// dropped if the peer closes meanwhile. Other methods always run to the
-/// end: their work is short, and some of it (service properties) is not
-/// written to be interrupted.
-async fn handle_while_peer_stays<D: engine::disk::Disk>(
+/// Handles `req`. A GET (Get Messages may long-poll) carries a hangup
+/// signal the reaper raises if the peer closes while it runs: a long poll
+/// then stops waiting and answers empty. Nothing is ever dropped half-way:
+/// the engine's steps (a group commit above all) must run to their end.
+async fn handle_watching_peer<D: engine::disk::Disk>(
     ctx: &Ctx<D>,
-    req: &Request,
+    mut req: Request,
     peer: IpAddr,
     watch: &Watch,
-) -> Option<crate::http::Response> {
+) -> crate::http::Response {
     if req.method != "GET" {
-        return Some(handle(ctx, req, peer).await);
+        return handle(ctx, &req, peer).await;
     }
+    let hangup = Rc::new(Hangup::default());
+    req.hangup = Some(hangup.clone());
+    *watch.hangup.borrow_mut() = Some(hangup);
     watch.busy_since.set(Some(Instant::now()));
-    let answered = async { Some(handle(ctx, req, peer).await) };
-    let gone = async {
-        watch.peer_gone().await;
-        None
-    };
-    let out = futures_lite::future::or(answered, gone).await;
+    let resp = handle(ctx, &req, peer).await;
     watch.busy_since.set(None);
-    out
+    watch.hangup.borrow_mut().take();
+    resp
 }
 
 struct Unwatch(Rc<Reaper>, u64);
@@ -370,6 +354,7 @@ mod tests {
                 accounts: Rc::default(),
                 limits: Default::default(),
                 addressing: Default::default(),
+                security: Default::default(),
             });
             let reaper = Rc::new(Reaper::default());
             let seen = Rc::new(Cell::new(None));

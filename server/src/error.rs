@@ -13,6 +13,8 @@ pub struct ApiError {
     pub message: String,
     /// Extra elements of the error body, in order.
     pub details: Vec<(&'static str, String)>,
+    /// Extra response headers (a bearer challenge's `WWW-Authenticate`).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -22,6 +24,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: Vec::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -122,9 +125,11 @@ impl ApiError {
             body.push_str(&format!("<{name}>{}</{name}>", escape(&xml_safe(value))));
         }
         body.push_str("</Error>");
-        Response::new(self.status)
-            .header("x-ms-error-code", self.code)
-            .xml(body)
+        let mut resp = Response::new(self.status).header("x-ms-error-code", self.code);
+        for (name, value) in &self.headers {
+            resp = resp.header(*name, value.as_str());
+        }
+        resp.xml(body)
     }
 }
 
@@ -174,6 +179,7 @@ impl From<QueueError> for ApiError {
             code: e.code(),
             message: e.to_string(),
             details: e.details(),
+            headers: Vec::new(),
         }
     }
 }
@@ -290,7 +296,7 @@ mod tests {
                 | QueueError::ServerBusy { .. } => {}
             }
         }
-        assert_eq!(cases.len(), 17, "one row per variant");
+        assert_eq!(cases.len(), 18, "one row per variant");
         for (e, code, status) in cases {
             assert_eq!(e.code(), code);
             assert_eq!(status_of(&e), status);

@@ -26,6 +26,15 @@ pub struct Ctx<D: Disk = DmaDisk> {
     pub accounts: Rc<HashMap<String, Account>>,
     pub limits: crate::limits::ConnLimits,
     pub addressing: Addressing,
+    pub security: Security,
+}
+
+/// How requests reach this server: over TLS or not, and whether bearer
+/// tokens are taken (`--oauth basic`, which startup allows only with TLS).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Security {
+    pub https: bool,
+    pub oauth: bool,
 }
 
 /// Handles one request; never fails (errors become Azure error responses).
@@ -87,9 +96,17 @@ async fn authenticate<D: Disk>(
     now: SystemTime,
     peer: IpAddr,
 ) -> Result<Principal, ApiError> {
-    if req.header("authorization").is_some() {
+    if let Some(header) = req.header("authorization") {
+        if let (Some(token), true) = (header.strip_prefix("Bearer "), ctx.security.oauth) {
+            crate::oauth::check_basic(token.trim(), &account.name, now)?;
+            return Ok(Principal::Owner);
+        }
         return auth::shared_key(req, account, t, now);
     }
+    let caller = auth::Caller {
+        ip: peer,
+        https: ctx.security.https,
+    };
     let Some(sas) = Sas::from_target(t) else {
         return Err(ApiError::auth_failed(
             "No credentials: the request has neither an Authorization header nor a shared access signature.",
@@ -101,7 +118,7 @@ async fn authenticate<D: Disk>(
         ));
     }
     if sas.ss.is_some() && sas.srt.is_some() {
-        return auth::account_sas(&sas, account, now, peer);
+        return auth::account_sas(&sas, account, now, caller);
     }
     let queue = t.queue.as_deref().unwrap_or("");
     auth::verify_service_sas(&sas, account, queue)?;
@@ -112,7 +129,7 @@ async fn authenticate<D: Disk>(
             .and_then(|acl| acl.into_iter().find(|p| &p.id == id)),
         _ => None,
     };
-    let who = auth::service_sas_grant(&sas, policy.as_ref(), now, peer)?;
+    let who = auth::service_sas_grant(&sas, policy.as_ref(), now, caller)?;
     if queue.is_empty() {
         return Err(auth::Denied::Failure.into());
     }

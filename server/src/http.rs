@@ -26,6 +26,41 @@ pub struct Request {
     pub http10: bool,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Raised when the peer hangs up while the request is handled (set by
+    /// the connection; a long poll stops waiting on it).
+    pub hangup: Option<std::rc::Rc<Hangup>>,
+}
+
+/// A connection's "the peer went away" signal. Owned by the connection's
+/// core; raised by its reaper, awaited by a long poll.
+#[derive(Debug, Default)]
+pub struct Hangup {
+    raised: std::cell::Cell<bool>,
+    waker: std::cell::RefCell<Option<std::task::Waker>>,
+}
+
+impl Hangup {
+    pub fn raise(&self) {
+        self.raised.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    pub fn raised(&self) -> bool {
+        self.raised.get()
+    }
+
+    /// Resolves once raised.
+    pub fn wait(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.raised.get() {
+                return std::task::Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+    }
 }
 
 impl Request {
@@ -271,6 +306,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                             })
                             .collect(),
                         body: Vec::new(),
+                        hangup: None,
                     };
                     break (req, n);
                 }

@@ -14,6 +14,8 @@
 //! - [`ops`]: one module per operation (parse, permission, work, answer),
 //!   the route table and the registry.
 //! - [`auth`]: Shared Key, Shared Key Lite, service and account SAS.
+//! - [`oauth`]: bearer tokens under `--oauth basic` (checked, not verified).
+//! - [`tls`]: HTTPS with rustls over our own sockets.
 //! - [`router`]: work sent to the owning core over the channel mesh.
 //! - [`service`]: service properties (CORS, logging, metrics), owned by core 0.
 //! - [`xmlio`]: XML in and out; time formats.
@@ -33,9 +35,11 @@ pub mod error;
 pub mod handler;
 pub mod http;
 pub mod limits;
+pub mod oauth;
 pub mod ops;
 pub mod router;
 pub mod runtime;
 pub mod service;
 pub mod startup;
+pub mod tls;
 pub mod xmlio;

@@ -9,7 +9,7 @@ use engine::disk::dma::DmaDisk;
 use engine::disk::Disk;
 use engine::{QueueError, Shard};
 use futures::channel::oneshot;
-use futures::future::{select, Either, LocalBoxFuture};
+use futures::future::LocalBoxFuture;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::future::Future;
 use std::rc::Rc;
@@ -95,19 +95,14 @@ impl<D: Disk> Router<D> {
                 reason: format!("core {target} does not exist: this server has one core"),
             });
         };
-        let (mut tx, rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
+        // The work always runs to its end, even if the caller goes away:
+        // the engine's steps (a group commit above all) must never be
+        // abandoned half-way. A long poll is told to stop waiting instead
+        // (ops::get_messages).
         let job: Job<D> = Box::new(move |shard, service| {
             Box::pin(async move {
-                // If the caller goes away (a long poll whose connection
-                // closed), the work is dropped with it, as it would be on
-                // the caller's own core: a waiter must not linger and take
-                // a message no one will receive.
-                let work = std::pin::pin!(work(shard, service));
-                let gone = tx.cancellation();
-                if let Either::Left((out, gone)) = select(work, gone).await {
-                    drop(gone);
-                    let _ = tx.send(out);
-                }
+                let _ = tx.send(work(shard, service).await);
             })
         });
         if senders.send_to(target, job).await.is_err() {

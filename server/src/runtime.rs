@@ -315,6 +315,7 @@ async fn shard_main(
             idle_timeout: Duration::from_secs(cfg.idle_timeout_secs.max(1)),
             request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
         },
+        security: crate::handler::Security::default(),
         addressing: crate::addressing::Addressing {
             host_suffixes: cfg
                 .host_suffixes

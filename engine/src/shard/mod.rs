@@ -33,6 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
 use std::rc::Rc;
 use uuid::Uuid;
 use waiters::{Ticket, Waiters};
@@ -860,7 +861,7 @@ impl<D: Disk> Shard<D> {
         n: Option<i64>,
         visibility_timeout: Option<i64>,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
-        self.receive_messages(account, name, n, visibility_timeout, Some(0), 0)
+        self.receive_messages(account, name, n, visibility_timeout, Some(0), 0, std::future::pending())
             .await
     }
 
@@ -868,7 +869,11 @@ impl<D: Disk> Shard<D> {
     /// queue, waits up to `wait_secs` (the request's), else the queue's
     /// `hematite_receive_wait_seconds`, and never longer than `max_wait_ms`
     /// (the server's request timeout), for a message to become visible.
-    /// Answers empty at the deadline or when the shard stops.
+    /// Answers empty at the deadline, when the shard stops, or when
+    /// `cancel` resolves (the caller went away). `cancel` only ends the
+    /// wait: a step that has begun runs to its end, because the log's
+    /// group commit must never be abandoned half-way.
+    #[allow(clippy::too_many_arguments)] // Get Messages' parameters, the wait's bounds, and its cancellation
     pub async fn receive_messages(
         &self,
         account: &str,
@@ -877,6 +882,7 @@ impl<D: Disk> Shard<D> {
         visibility_timeout: Option<i64>,
         wait_secs: Option<u64>,
         max_wait_ms: u64,
+        cancel: impl Future<Output = ()>,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
         let n = check_count(n)?;
         let vt = check_range(
@@ -889,31 +895,50 @@ impl<D: Disk> Shard<D> {
         // stepping back cannot stretch it; visible-at times are wall-clock
         // times and only shorten a sleep.
         let start = self.clock.monotonic_ms();
+        let mut cancel = std::pin::pin!(cancel);
         let mut ticket: Option<Ticket> = None;
         loop {
+            // Joins the line before looking, so that a message put while
+            // the look waits for durability wakes this waiter.
+            let plan = self.wait_plan(account, name, wait_secs, max_wait_ms);
+            ticket = match (ticket.take(), plan) {
+                (Some(t), Some((qid, _))) if t.qid == qid => Some(t),
+                (_, Some((qid, wait_ms))) if wait_ms > 0 => Some(self.waiters.join(qid)),
+                _ => None,
+            };
             let (picked, hint) = self.dequeue(account, name, n, vt).await?;
             if !picked.is_empty() {
                 return self.deliver(picked).await;
             }
-            let wait_ms = wait_secs
-                .unwrap_or(hint.receive_wait_secs)
-                .saturating_mul(1000)
-                .min(max_wait_ms);
+            let wait_ms = plan.map_or(0, |(_, w)| w);
             let left = start.saturating_add(wait_ms).saturating_sub(self.clock.monotonic_ms());
-            if left == 0 || self.waiters.closed() {
+            let Some(t) = ticket.as_ref().filter(|_| left > 0 && !self.waiters.closed()) else {
                 return Ok(Vec::new());
-            }
-            let t = match ticket.take() {
-                Some(t) if t.qid == hint.qid => t,
-                _ => self.waiters.join(hint.qid),
             };
+            if hint.set_aside > 0 || t.qid != hint.qid {
+                // Messages went to the dead-letter queue (deliverable ones
+                // may follow them), or the queue was replaced meanwhile:
+                // look again before sleeping.
+                continue;
+            }
             let sleep = match hint.next_visible {
                 Some(v) if t.is_head() => left.min(v.saturating_sub(self.now())),
                 _ => left,
             };
-            t.wait(self.clock.sleep_ms(sleep)).await;
-            ticket = Some(t);
+            let woken = std::pin::pin!(t.wait(self.clock.sleep_ms(sleep)));
+            if let futures::future::Either::Right(_) = futures::future::select(woken, cancel.as_mut()).await {
+                return Ok(Vec::new());
+            }
         }
+    }
+
+    /// The queue a long poll would wait on, and for how long at most:
+    /// `None` for a missing queue.
+    fn wait_plan(&self, account: &str, name: &str, wait_secs: Option<u64>, max_wait_ms: u64) -> Option<(u64, u64)> {
+        let st = self.st.borrow();
+        let qid = st.lookup(account, name)?;
+        let secs = wait_secs.unwrap_or(st.queues[&qid].attrs.receive_wait_secs);
+        Some((qid, secs.saturating_mul(1000).min(max_wait_ms)))
     }
 
     /// One Get Messages step: takes up to `n` visible messages (setting
@@ -963,7 +988,7 @@ impl<D: Disk> Shard<D> {
             self.poke(q, now, before);
             let hint = WaitHint {
                 qid,
-                receive_wait_secs: q.attrs.receive_wait_secs,
+                set_aside: dead.len(),
                 next_visible: q.next_visible_after(now),
             };
             Ok(((out, hint), lsn))
@@ -1354,7 +1379,8 @@ impl<D: Disk> Shard<D> {
 /// What an empty Get Messages tells a long poll about its queue.
 struct WaitHint {
     qid: u64,
-    receive_wait_secs: u64,
+    /// Messages this step set aside for the dead-letter queue.
+    set_aside: usize,
     /// When the next invisible message becomes visible.
     next_visible: Option<u64>,
 }
@@ -1362,17 +1388,23 @@ struct WaitHint {
 /// The messages a Get Messages takes, in visibility order: up to `n` to
 /// deliver, and, when the queue has a dead-letter queue, those already
 /// delivered `hematite_max_dequeue_count` times, to set aside instead (at
-/// most MAX_DEAD_LETTERS_PER_GET, so one request's work stays bounded).
+/// most MAX_DEAD_LETTERS_PER_GET). Deliverable messages behind more dead
+/// ones than that are still found, within MAX_GET_SCAN visible messages,
+/// so one request's work stays bounded.
 fn pick(q: &Queue, now: u64, n: usize) -> (Vec<u64>, Vec<u64>) {
     let limit = q.attrs.redrive.as_ref().map(|r| r.max_dequeue_count);
     let (mut deliver, mut dead) = (Vec::with_capacity(n), Vec::new());
-    for seq in q.visible_seqs(now) {
-        if deliver.len() == n || dead.len() == MAX_DEAD_LETTERS_PER_GET {
+    for seq in q.visible_seqs(now).take(MAX_GET_SCAN) {
+        if deliver.len() == n {
             break;
         }
         let count = q.get(seq).expect("visible message exists").dequeue_count;
         match limit {
-            Some(k) if count >= k => dead.push(seq),
+            Some(k) if count >= k => {
+                if dead.len() < MAX_DEAD_LETTERS_PER_GET {
+                    dead.push(seq);
+                }
+            }
             _ => deliver.push(seq),
         }
     }

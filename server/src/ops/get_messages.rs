@@ -49,7 +49,7 @@ impl Op for GetMessages {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let GetMessages {
             queue,
@@ -61,14 +61,30 @@ impl Op for GetMessages {
         // it on the monotonic clock).
         let max_wait_ms = u64::try_from(ctx.limits.request_timeout.as_millis()).unwrap_or(u64::MAX);
         let owner = ctx.router.owner_of(&account, &queue);
-        let got = ctx
-            .router
-            .exec(owner, move |shard, _| async move {
-                shard
-                    .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms)
-                    .await
-            })
-            .await?;
+        // Tells the owning core, perhaps another one, to stop waiting when
+        // the peer hangs up (or when this request is dropped at shutdown).
+        let (stop_tx, stop_rx) = futures::channel::oneshot::channel::<()>();
+        let get = ctx.router.exec(owner, move |shard, _| async move {
+            let cancel = async move {
+                let _ = stop_rx.await;
+            };
+            shard
+                .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms, cancel)
+                .await
+        });
+        let got = match &req.hangup {
+            None => get.await?,
+            Some(hangup) => {
+                let get = std::pin::pin!(get);
+                match futures::future::select(get, std::pin::pin!(hangup.wait())).await {
+                    futures::future::Either::Left((got, _)) => got?,
+                    futures::future::Either::Right((_, get)) => {
+                        let _ = stop_tx.send(());
+                        get.await?
+                    }
+                }
+            }
+        };
         Ok(Response::new(200).xml(xmlio::write_received(&got)))
     }
 }

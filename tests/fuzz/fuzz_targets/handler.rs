@@ -84,6 +84,7 @@ async fn new_world() -> World {
         accounts: Rc::new(accounts.into_iter().map(|a| (a.name.clone(), a)).collect()),
         limits: Default::default(),
         addressing: Default::default(),
+        security: Default::default(),
     };
     World {
         ctx: Rc::new(ctx),
