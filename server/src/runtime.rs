@@ -328,7 +328,7 @@ async fn shard_main(
     let reaper = Rc::new(Reaper::default());
     let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
-    glommio::spawn_local(move_dead_letters(i, ctx.clone())).detach();
+    let mover = glommio::spawn_local(move_dead_letters(i, ctx.clone()));
     let _ = ready.send(Ok(i));
     accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper).await;
     drop(listener);
@@ -341,6 +341,9 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     maintenance.await;
+    // A move in progress finishes (engine steps are never abandoned
+    // half-way); then `next_dead_letter` sees the stop and the mover ends.
+    mover.await;
     reaping.await;
     // Everything acknowledged is already durable; this makes sure nothing
     // appended by background work is left unsynced either.
