@@ -14,13 +14,18 @@ pub const MAX_HEADERS: usize = 100;
 /// their bytes from `LARGE_BODY_BUDGET_BYTES`.
 pub const MAX_BODY_BYTES: usize = engine::limits::MAX_REQUEST_BODY_BYTES;
 /// Bytes of request bodies above `MAX_BODY_BYTES` one core reads at once
-/// (only with `--max-message-kib` above 64): 32 bodies of 2 MiB (1 MiB
-/// messages). A body that finds no room is answered 503 `ServerBusy`, which
+/// (only with `--max-message-kib` above 64): 31 bodies of the largest
+/// size at 1 MiB messages (2 MiB and 512 bytes each). A body that finds no room is answered 503 `ServerBusy`, which
 /// clients retry. Each byte here costs about three in memory (the body, the
 /// parsed text, the engine's copy in the commit), so hostile clients on
 /// every connection hold at most ~200 MiB per core, instead of their
 /// connection count times the body limit.
 pub const LARGE_BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// Elements in one request document. The smallest element (`<a/>`) is 4
+/// bytes, so a body within Azure's limit can never reach it; larger bodies
+/// (`--max-message-kib`) cannot make a tree bigger than Azure's can: each
+/// element costs about 100 bytes parsed, 25 times its size on the wire.
+pub const MAX_XML_ELEMENTS: usize = MAX_BODY_BYTES / 4;
 /// Messages in one batch request (the extensions in docs/EXTENSIONS.md):
 /// as many as one Get Messages may return.
 pub const MAX_BATCH_MESSAGES: usize = engine::limits::MAX_NUM_OF_MESSAGES as usize;

@@ -128,3 +128,12 @@ def test_the_default_server_keeps_azures_64_kib(queue, raw):
         assert (status, headers["x-ms-error-code"], max_limit(body)) == (413, "RequestBodyTooLarge", "65536")
     status, code, body = head_only(raw.port, f"/devstoreaccount1/{queue.queue_name}/messages", 131_585)
     assert (status, code, max_limit(body)) == (413, "RequestBodyTooLarge", "131584")
+
+
+def test_only_message_operations_take_bodies_past_azures_limit(large, big_queue, qname):
+    raw = Raw(large.port)
+    acl = "<SignedIdentifiers>" + " " * (200 * KIB) + "</SignedIdentifiers>"
+    status, headers, body = raw.request("PUT", f"/devstoreaccount1/{qname}", "comp=acl", body=acl.encode())
+    assert (status, headers["x-ms-error-code"], max_limit(body)) == (413, "RequestBodyTooLarge", "131584")
+    status, _, _ = raw.request("PUT", f"/devstoreaccount1/{qname}", "comp=acl", body=b"<SignedIdentifiers></SignedIdentifiers>")
+    assert status == 204
