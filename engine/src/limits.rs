@@ -90,7 +90,7 @@ pub const MIN_SEGMENT_BYTES: u64 = 128 * 1024;
 /// `MIN_SEGMENT_BYTES`): 128 KiB with Azure's message size, a little over
 /// 1 MiB with 1 MiB messages.
 pub const fn min_segment_bytes(max_append_body: usize) -> u64 {
-    let need = SEGMENT_HEADER_LEN + 2 * 4096 + (max_append_body as u64 + 4 * 1024);
+    let need = (max_append_body as u64).saturating_add(SEGMENT_HEADER_LEN + 2 * 4096 + 4 * 1024);
     if need > MIN_SEGMENT_BYTES {
         need
     } else {

@@ -2,7 +2,9 @@
 //! what to change, because glommio's own failures here are obscure (a panic
 //! or an ENOMEM deep inside ring setup): io_uring available,
 //! enough locked memory, O_DIRECT on the data directory, the shard count
-//! recorded in the data directory, and the CPUs we may run on.
+//! recorded in the data directory (none of these three with `--in-memory`,
+//! which checks instead that no one else listens on its address), and the
+//! CPUs we may run on.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -148,6 +150,20 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(f)
+}
+
+/// Refuses an address another process already listens on. Every core binds
+/// with SO_REUSEPORT, so a second server on the same port would start and
+/// split the clients with the first; on disk the data-directory lock stops
+/// a second server on the same directory, in memory (`--in-memory`) nothing
+/// else would. A plain bind (no SO_REUSEPORT) fails while anyone listens.
+pub fn check_address_free(addr: std::net::SocketAddr) -> Result<(), String> {
+    match std::net::TcpListener::bind(addr) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "cannot listen on {addr} ({e}); is another hematite (or anything else) listening there? Stop it or use another --addr"
+        )),
+    }
 }
 
 /// Raises the open-file soft limit to the hard limit: every connection is a

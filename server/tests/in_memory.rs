@@ -6,8 +6,9 @@ use hematite_tests::client::{all_between, message_xml, Client};
 use hematite_tests::proc;
 use std::process::{Child, Command};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_hematite")
+/// The binary under test (`HEMATITE_BIN_UNDER_TEST`, as in `support`, or this build's).
+fn bin() -> String {
+    std::env::var("HEMATITE_BIN_UNDER_TEST").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hematite").into())
 }
 
 /// The binary in memory, run from `cwd`, with `extra` flags.
@@ -135,6 +136,22 @@ fn in_memory_serves_creates_nothing_and_forgets_everything() {
     drop(c);
     assert!(proc::stop(&mut child).success());
     assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_second_in_memory_server_on_the_same_address_is_refused() {
+    let cwd = tempfile::tempdir().unwrap();
+    let port = proc::free_port();
+    let mut first = start(cwd.path(), port, &["--shards", "1"]);
+    let out = Command::new(bin())
+        .current_dir(cwd.path())
+        .args(["--addr", &format!("127.0.0.1:{port}"), "--in-memory", "--shards", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is another hematite"), "{err}");
+    assert!(proc::stop(&mut first).success());
 }
 
 #[test]
