@@ -344,12 +344,7 @@ async fn shard_main<D: Storage>(
     ready: mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
     let shard = open_shard::<D>(i, &cfg).await?;
-    let service = if cfg.in_memory {
-        ServiceStore::in_memory()
-    } else {
-        ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?
-    };
-    let service = Rc::new(service);
+    let service = Rc::new(D::service_store(i, &cfg)?);
     let router = Router::join(mesh, shard.clone(), service, i, n).await;
     let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
     let ctx = Rc::new(Ctx {
@@ -411,14 +406,22 @@ fn log_commit_stats(i: usize, s: &engine::wal::CommitStats) {
     );
 }
 
-/// The disk the shards' logs live on, one kind per process.
+/// Where the server keeps its state, one kind per process: the disk under
+/// the shards' logs, and the service properties beside them.
 #[allow(async_fn_in_trait)] // used on one core, never boxed or sent
 pub trait Storage: Disk {
     /// Opens shard `i`'s disk.
     async fn open_for(i: usize, cfg: &Config) -> Result<Self, String>;
+    /// Shard `i`'s service property store (core 0's is the one in use).
+    fn service_store(i: usize, cfg: &Config) -> Result<ServiceStore, String>;
 }
 
 impl Storage for DmaDisk {
+    /// Files under `--data-dir`/service, loaded by core 0.
+    fn service_store(i: usize, cfg: &Config) -> Result<ServiceStore, String> {
+        ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())
+    }
+
     /// The shard's directory under `--data-dir`, through O_DIRECT.
     async fn open_for(i: usize, cfg: &Config) -> Result<Self, String> {
         let sync = match cfg.fdatasync {
@@ -441,6 +444,11 @@ impl Storage for MemDisk {
     /// An empty memory disk: every start begins with no queues.
     async fn open_for(_: usize, _: &Config) -> Result<Self, String> {
         Ok(MemDisk::new())
+    }
+
+    /// Properties in memory only, the defaults at every start.
+    fn service_store(_: usize, _: &Config) -> Result<ServiceStore, String> {
+        Ok(ServiceStore::in_memory())
     }
 }
 
