@@ -156,13 +156,21 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
 /// with SO_REUSEPORT, so a second server on the same port would start and
 /// split the clients with the first; on disk the data-directory lock stops
 /// a second server on the same directory, in memory (`--in-memory`) nothing
-/// else would. A plain bind (no SO_REUSEPORT) fails while anyone listens.
+/// else would. The probe connects: a trial bind would also fail on the
+/// previous run's connections in TIME_WAIT, which are no one's listener.
 pub fn check_address_free(addr: std::net::SocketAddr) -> Result<(), String> {
-    match std::net::TcpListener::bind(addr) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!(
-            "cannot listen on {addr} ({e}); is another hematite (or anything else) listening there? Stop it or use another --addr"
+    let mut probe = addr;
+    if probe.ip().is_unspecified() {
+        probe.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_secs(1)) {
+        Ok(_) => Err(format!(
+            "something already listens on {addr}; is another hematite running there? Stop it or use another --addr"
         )),
+        Err(_) => Ok(()),
     }
 }
 
