@@ -166,7 +166,8 @@ impl LargeBodies {
     }
 }
 
-/// A large body's share of [`LargeBodies`], given back when dropped.
+/// A large body's share of [`LargeBodies`], given back when dropped. Held
+/// by the connection's reader, on the core that owns the budget.
 struct BodyPermit {
     pool: Rc<LargeBodies>,
     bytes: usize,

@@ -25,7 +25,7 @@ use std::rc::Rc;
 /// there are no sectors to tear.
 pub const MEM_ALIGNMENT: u64 = 512;
 
-/// One file's bytes. `reserved` is what `allocate` promised: the file's
+/// One file's bytes (owned by the disk's core). `reserved` is what `allocate` promised: the file's
 /// size, reading as zeros past what was written, without the memory.
 #[derive(Default)]
 struct Inode {
@@ -99,7 +99,8 @@ impl Disk for MemDisk {
     }
 }
 
-/// An open in-memory file; valid after its name is removed.
+/// An open in-memory file; valid after its name is removed. Owned by the
+/// shard's core, like its disk.
 pub struct MemFile {
     inode: Rc<RefCell<Inode>>,
 }
