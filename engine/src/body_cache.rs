@@ -2,6 +2,7 @@
 //! WAL. Bodies live on disk; this keeps the recent ones hot so most Get and
 //! Peek calls never read. Owned by one shard (one core).
 
+use crate::limits::{LARGE_BODY_CACHE_FRACTION, MAX_MESSAGE_BYTES};
 use lru::LruCache;
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -66,8 +67,17 @@ impl BodyCache {
         body.len() + ENTRY_OVERHEAD
     }
 
+    /// Whether a body may enter the cache: it fits, and a body larger than
+    /// Azure's message size (only with `--max-message-kib` above 64) costs
+    /// at most 1/`LARGE_BODY_CACHE_FRACTION` of it, so a Get of a few large
+    /// messages cannot flush everything else.
+    fn admits(&self, body: &[u8]) -> bool {
+        let cost = Self::cost(body);
+        cost <= self.capacity && (body.len() <= MAX_MESSAGE_BYTES || cost <= self.capacity / LARGE_BODY_CACHE_FRACTION)
+    }
+
     pub fn insert(&mut self, key: BodyKey, body: Rc<[u8]>) {
-        if Self::cost(&body) > self.capacity {
+        if !self.admits(&body) {
             return;
         }
         self.bytes += Self::cost(&body);
@@ -149,6 +159,21 @@ mod tests {
         assert_eq!(c.len(), 64, "small bodies stop at the entry bound");
         assert_eq!(c.bytes(), 64 * (2 + ENTRY_OVERHEAD));
         assert!(c.get((1, 199)).is_some() && c.get((1, 0)).is_none());
+    }
+
+    #[test]
+    fn a_large_body_takes_at_most_a_fraction_of_the_cache() {
+        let capacity = 8 << 20;
+        let mut c = BodyCache::new(capacity);
+        let small: Rc<[u8]> = Rc::from(vec![1u8; MAX_MESSAGE_BYTES]);
+        c.insert((1, 0), small);
+        assert_eq!(c.len(), 1, "an Azure-sized body is cached as before");
+        let fits = capacity / LARGE_BODY_CACHE_FRACTION - ENTRY_OVERHEAD;
+        c.insert((1, 1), Rc::from(vec![2u8; fits]));
+        assert_eq!(c.len(), 2, "a large body within the fraction is cached");
+        c.insert((1, 2), Rc::from(vec![3u8; fits + 1]));
+        assert_eq!(c.len(), 2, "a large body above the fraction is not");
+        assert!(c.get((1, 2)).is_none() && c.get((1, 0)).is_some());
     }
 
     #[test]

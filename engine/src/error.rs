@@ -32,6 +32,9 @@ pub enum StorageError {
     /// appended; the input should have been refused by validation.
     #[error("record cannot be written: {0}")]
     Unencodable(String),
+    /// The shard's configuration cannot work (`ShardConfig::validate`).
+    #[error("invalid shard configuration: {0}")]
+    Config(String),
 }
 
 impl StorageError {

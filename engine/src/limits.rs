@@ -4,11 +4,29 @@
 //! engine's own limits are sized for the machine in docs/machine.md. Other modules refer
 //! to these constants instead of repeating numbers.
 
-/// Largest message text, in UTF-8 bytes of the unescaped `MessageText` ("Put Message").
+/// Largest message text, in UTF-8 bytes of the unescaped `MessageText`
+/// ("Put Message"): Azure's limit, and the default of
+/// `ShardConfig::max_message_bytes` (`--max-message-kib 64`).
 pub const MAX_MESSAGE_BYTES: usize = 65_536;
+/// The largest `ShardConfig::max_message_bytes` (`--max-message-kib 1024`,
+/// SQS's limit; docs/EXTENSIONS.md). The WAL's frame limit is sized for it,
+/// whatever the configured size, so a log written with large messages is
+/// read by every configuration.
+pub const MAX_MESSAGE_BYTES_CEILING: usize = 1024 * 1024;
 /// Largest whole request body Azure accepts on Put/Update Message ("Put
 /// Message"; the server reports it as `MaxLimit`).
 pub const MAX_REQUEST_BODY_BYTES: usize = 131_584;
+/// The request body limit that goes with a message size limit, in Azure's
+/// proportion: twice the text (room for escaping) plus 512 bytes of XML.
+pub const fn request_body_limit(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(2).saturating_add(512)
+}
+const _: () = assert!(request_body_limit(MAX_MESSAGE_BYTES) == MAX_REQUEST_BODY_BYTES);
+/// Text bytes one Get or Peek Messages answer carries at most: Azure's
+/// largest answer (32 messages of 64 KiB). With Azure's message size it
+/// never binds; with larger messages a Get returns fewer than asked (at
+/// least one), so an answer's memory stays what Azure's limits make it.
+pub const MAX_RESPONSE_TEXT_BYTES: usize = MAX_NUM_OF_MESSAGES as usize * MAX_MESSAGE_BYTES;
 /// `numofmessages` range for Get and Peek Messages.
 pub const MIN_NUM_OF_MESSAGES: i64 = 1;
 pub const MAX_NUM_OF_MESSAGES: i64 = 32;
@@ -56,21 +74,48 @@ pub const MAX_LIST_RESULTS: usize = 5_000;
 /// so records start aligned for any device block size up to 4 KiB.
 pub const SEGMENT_HEADER_LEN: u64 = 4096;
 /// Largest record body the WAL will frame. A full-state message record is the
-/// biggest: 64 KiB of text plus ids and times. Anything larger on disk is corruption.
-pub const MAX_RECORD_BODY: usize = 128 * 1024;
+/// biggest: up to `MAX_MESSAGE_BYTES_CEILING` of text plus ids and times.
+/// Anything larger on disk is corruption.
+pub const MAX_RECORD_BODY: usize = MAX_MESSAGE_BYTES_CEILING + 64 * 1024;
+const _: () = assert!(max_append_body(MAX_MESSAGE_BYTES_CEILING) <= MAX_RECORD_BODY);
 /// Default segment size at which the writer rotates.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Largest record body the writer appends: a full message state (76 bytes
-/// plus 64 KiB of text) or a queue definition (8 KiB of metadata with its
-/// length fields, five access policies, names) both fit well within it.
-/// Anything larger is refused with an error before it is appended.
+/// Largest record body the writer appends with Azure's message size: a full
+/// message state (76 bytes plus 64 KiB of text) or a queue definition (8 KiB
+/// of metadata with its length fields, five access policies, names) both fit
+/// well within it. Anything larger is refused with an error before it is
+/// appended.
 pub const MAX_APPEND_BODY: usize = 80 * 1024;
+/// What a record body may hold besides a message's text, with room to spare.
+const APPEND_BODY_SLACK: usize = MAX_APPEND_BODY - MAX_MESSAGE_BYTES;
+/// The writer's limit for a shard whose messages hold up to
+/// `max_message_bytes`: never below `MAX_APPEND_BODY`, so queue definitions
+/// always fit.
+pub const fn max_append_body(max_message_bytes: usize) -> usize {
+    let for_messages = max_message_bytes.saturating_add(APPEND_BODY_SLACK);
+    if for_messages > MAX_APPEND_BODY {
+        for_messages
+    } else {
+        MAX_APPEND_BODY
+    }
+}
 /// Smallest segment size accepted (tests use small segments to exercise
 /// rotation). It must hold the header, one commit of the largest record (with
 /// a clock record beside it) and the SEGMENT_END, each padded to 4 KiB, so a
 /// fresh segment always has room and no batch ever crosses the end.
 pub const MIN_SEGMENT_BYTES: u64 = 128 * 1024;
-const _: () = assert!(SEGMENT_HEADER_LEN + 2 * 4096 + (MAX_APPEND_BODY as u64 + 4 * 1024) <= MIN_SEGMENT_BYTES);
+/// The smallest segment for records of up to `max_append_body` bytes (see
+/// `MIN_SEGMENT_BYTES`): 128 KiB with Azure's message size, a little over
+/// 1 MiB with 1 MiB messages.
+pub const fn min_segment_bytes(max_append_body: usize) -> u64 {
+    let need = (max_append_body as u64).saturating_add(SEGMENT_HEADER_LEN + 2 * 4096 + 4 * 1024);
+    if need > MIN_SEGMENT_BYTES {
+        need
+    } else {
+        MIN_SEGMENT_BYTES
+    }
+}
+const _: () = assert!(min_segment_bytes(MAX_APPEND_BODY) == MIN_SEGMENT_BYTES);
 /// Longest `Start` / `Expiry` of a stored access policy: an ISO 8601 time
 /// (`2030-01-01T00:00:00.0000000Z` is 28 characters).
 pub const MAX_ACL_TIME_LEN: usize = 64;
@@ -82,6 +127,11 @@ pub const ACL_PERMISSION_LETTERS: &str = "raup";
 pub const CLOCK_LEASE_MS: u64 = 1_000;
 /// Default size of the per-shard message body cache.
 pub const DEFAULT_BODY_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// A body larger than Azure's message size is cached only if it costs at
+/// most this fraction (1/N) of the cache: one Get of large messages must not
+/// flush a small cache of everything else. Azure-sized bodies keep the plain
+/// rule (cached if they fit at all).
+pub const LARGE_BODY_CACHE_FRACTION: usize = 16;
 /// A group commit closes its batch at this many bytes; later records wait for
 /// the next commit. Bounds the size of one write and of one DMA buffer.
 pub const MAX_COMMIT_BYTES: usize = 4 * 1024 * 1024;

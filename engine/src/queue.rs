@@ -4,6 +4,7 @@
 //! queue, so no locks.
 
 use crate::attributes::QueueAttributes;
+use crate::limits::MAX_RESPONSE_TEXT_BYTES;
 use crate::model::{Metadata, SignedIdentifier};
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
@@ -254,10 +255,29 @@ impl Queue {
         out
     }
 
-    /// Up to `n` visible messages at `now`, earliest first. Call
-    /// [`Queue::purge_expired`] first so none of them has expired.
+    /// Up to `n` visible messages at `now`, earliest first, whose texts
+    /// total at most `MAX_RESPONSE_TEXT_BYTES` (the first one always
+    /// counts, whatever its size). With Azure's message size the byte bound
+    /// never binds (32 × 64 KiB is exactly it); with larger messages it keeps
+    /// one Get or Peek answer as large as Azure's largest, and no larger
+    /// (docs/EXTENSIONS.md, "Larger messages"). The order stays: the
+    /// message that does not fit ends the list, none after it is taken.
+    /// Call [`Queue::purge_expired`] first so none of them has expired.
     pub fn visible(&self, now_ms: u64, n: usize) -> Vec<u64> {
-        self.visibility.visible(now_ms).take(n).collect()
+        let mut out = Vec::with_capacity(n.min(64));
+        let mut text = 0usize;
+        for seq in self.visibility.visible(now_ms) {
+            if out.len() >= n {
+                break;
+            }
+            let len = self.messages.get(&seq).map_or(0, |m| m.body.len as usize);
+            text = text.saturating_add(len);
+            if !out.is_empty() && text > MAX_RESPONSE_TEXT_BYTES {
+                break;
+            }
+            out.push(seq);
+        }
+        out
     }
 
     /// Every message visible at `now`, earliest first, lazily.

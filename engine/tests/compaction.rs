@@ -64,3 +64,57 @@ fn churn_over_a_small_live_set_keeps_the_wal_small() {
     let s2 = open(&disk.crash(CrashMode::LoseUnsynced), &clock, small_config());
     assert_eq!(block_on(s2.dump()).unwrap(), dump);
 }
+
+/// `--in-memory`: the same shard on the memory disk. Churn leaves only the
+/// live data and a couple of segments in memory (compaction frees the
+/// deleted bodies), and the answers are the engine's own.
+#[test]
+fn churn_on_the_memory_disk_keeps_memory_bounded() {
+    use engine::disk::mem::MemDisk;
+    use engine::{ManualClock, Shard};
+    use std::rc::Rc;
+    let disk = MemDisk::new();
+    let clock = Rc::new(ManualClock::new(T0));
+    let s = block_on(Shard::open(disk.clone(), small_config(), clock.clone())).unwrap();
+    let body = "m".repeat(4096);
+    let mut peak = 0;
+    block_on(async {
+        s.create_queue(ACCT, "keep", Metadata::default()).await.unwrap();
+        s.create_queue(ACCT, "churn", Metadata::default()).await.unwrap();
+        for i in 0..20 {
+            s.put_message(ACCT, "keep", format!("keep {i}"), None, Some(-1))
+                .await
+                .unwrap();
+        }
+        for round in 0..4_000u32 {
+            s.put_message(ACCT, "churn", body.clone(), None, None).await.unwrap();
+            for m in s.get_messages(ACCT, "churn", Some(1), None).await.unwrap() {
+                s.delete_message(ACCT, "churn", &m.id.to_string(), &m.pop_receipt)
+                    .await
+                    .unwrap();
+            }
+            if round % 16 == 0 {
+                s.maintenance().await.unwrap();
+                peak = peak.max(disk.bytes_in_use());
+            }
+        }
+        s.maintenance().await.unwrap();
+    });
+    let in_use = disk.bytes_in_use();
+    println!(
+        "16 MiB of traffic; memory disk peak {} KiB, now {} KiB",
+        peak >> 10,
+        in_use >> 10
+    );
+    assert!(
+        peak <= 4 * MIN_SEGMENT_BYTES && in_use <= 3 * MIN_SEGMENT_BYTES,
+        "memory disk holds {in_use} bytes (peak {peak}) for 20 small live messages"
+    );
+    let dump = block_on(s.dump()).unwrap();
+    let keep = &dump[&(ACCT.to_string(), "keep".to_string())];
+    assert_eq!(
+        keep.messages.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        (0..20).map(|i| format!("keep {i}")).collect::<Vec<_>>()
+    );
+    assert!(dump[&(ACCT.to_string(), "churn".to_string())].messages.is_empty());
+}

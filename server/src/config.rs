@@ -29,7 +29,8 @@ pub enum PreallocFlag {
 
 /// Hematite: an Azure Queue Storage server. With no arguments it serves
 /// http://127.0.0.1:10001/devstoreaccount1 with the well-known development
-/// account and key, storing data in ./hematite-data.
+/// account and key, storing data in ./hematite-data (or, with --in-memory,
+/// nowhere).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "hematite", version, about, long_about = None)]
 pub struct Config {
@@ -40,6 +41,14 @@ pub struct Config {
     /// Where the write-ahead logs and service settings live.
     #[arg(long, env = "HEMATITE_DATA_DIR", default_value = "./hematite-data")]
     pub data_dir: PathBuf,
+
+    /// Keep everything in memory: no data directory, no fsync, and no
+    /// O_DIRECT file system needed. NOTHING SURVIVES A RESTART. For tests
+    /// and CI that throw the state away (docs/EXTENSIONS.md). Cannot be
+    /// combined with --data-dir.
+    #[arg(long, env = "HEMATITE_IN_MEMORY", conflicts_with = "data_dir",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub in_memory: bool,
 
     /// Number of shards (one per core). Default: the CPUs this process may
     /// run on. Fixed for a data directory once it is created.
@@ -53,12 +62,21 @@ pub struct Config {
     pub accounts: Vec<String>,
 
     /// WAL segment size in MiB; the log rotates to a new file at this size.
-    #[arg(long, env = "HEMATITE_SEGMENT_MIB", default_value_t = 64)]
-    pub segment_mib: u64,
+    /// Default: 64 (8 with --in-memory, where a segment is memory).
+    #[arg(long, env = "HEMATITE_SEGMENT_MIB")]
+    pub segment_mib: Option<u64>,
 
     /// Memory per shard for recently used message bodies, in MiB.
-    #[arg(long, env = "HEMATITE_BODY_CACHE_MIB", default_value_t = 64)]
-    pub body_cache_mib: usize,
+    /// Default: 64 (0 with --in-memory, where every body is in memory already).
+    #[arg(long, env = "HEMATITE_BODY_CACHE_MIB")]
+    pub body_cache_mib: Option<usize>,
+
+    /// Largest message text in KiB: 64 (Azure's limit) up to 1024 (SQS's).
+    /// Above 64, request bodies may be up to twice as large, and a Get or
+    /// Peek answer carries at most 2 MiB of text (docs/EXTENSIONS.md).
+    #[arg(long, env = "HEMATITE_MAX_MESSAGE_KIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(MIN_MESSAGE_KIB..=MAX_MESSAGE_KIB))]
+    pub max_message_kib: u32,
 
     /// How fdatasync is issued (docs/decisions/0002-fdatasync-path.md).
     #[arg(long, env = "HEMATITE_FDATASYNC", value_enum, default_value_t = SyncFlag::Blocking)]
@@ -107,6 +125,47 @@ pub struct Config {
     /// instead of like Azure (404 MessageNotFound).
     #[arg(long, env = "HEMATITE_AZURITE_RECEIPT_ERRORS")]
     pub azurite_receipt_errors: bool,
+}
+
+/// `--max-message-kib` range: Azure's 64 KiB up to the engine's ceiling.
+const MIN_MESSAGE_KIB: i64 = (engine::limits::MAX_MESSAGE_BYTES / 1024) as i64;
+const MAX_MESSAGE_KIB: i64 = (engine::limits::MAX_MESSAGE_BYTES_CEILING / 1024) as i64;
+
+/// `--segment-mib` and `--body-cache-mib` when not given.
+const DEFAULT_SEGMENT_MIB: u64 = engine::limits::DEFAULT_SEGMENT_BYTES >> 20;
+const DEFAULT_BODY_CACHE_MIB: usize = engine::limits::DEFAULT_BODY_CACHE_BYTES >> 20;
+/// In memory a segment is RAM, written or not once compaction lags behind
+/// churn: smaller segments are reclaimed sooner.
+const IN_MEMORY_SEGMENT_MIB: u64 = 8;
+
+impl Config {
+    /// WAL segment size in bytes (at least 1 MiB).
+    pub fn segment_bytes(&self) -> u64 {
+        let default = if self.in_memory {
+            IN_MEMORY_SEGMENT_MIB
+        } else {
+            DEFAULT_SEGMENT_MIB
+        };
+        self.segment_mib.unwrap_or(default).clamp(1, 1 << 20) << 20
+    }
+
+    /// Body cache size in bytes. In memory the bodies are in RAM already,
+    /// in the log: a cache would only hold a second copy.
+    pub fn body_cache_bytes(&self) -> usize {
+        let default = if self.in_memory { 0 } else { DEFAULT_BODY_CACHE_MIB };
+        self.body_cache_mib.unwrap_or(default).min(1 << 20) << 20
+    }
+
+    /// Largest message text in bytes (clap holds the flag to its range).
+    pub fn max_message_bytes(&self) -> usize {
+        (self.max_message_kib as usize).saturating_mul(1024)
+    }
+
+    /// Largest request body: Azure's 131,584 bytes at 64 KiB messages,
+    /// in proportion above.
+    pub fn max_body_bytes(&self) -> usize {
+        engine::limits::request_body_limit(self.max_message_bytes())
+    }
 }
 
 /// Parses the accounts, or returns the development account.

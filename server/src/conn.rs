@@ -4,7 +4,7 @@
 
 use crate::error::ApiError;
 use crate::handler::{handle, Ctx};
-use crate::http::{FrameError, Hangup, Reader, Request};
+use crate::http::{FrameError, Hangup, LargeBodies, Reader, Request};
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
@@ -118,7 +118,7 @@ impl Reaper {
 
 /// The answer to a request that could not be framed (none if the peer
 /// went away mid-request). The connection closes after it.
-fn framing_error(e: &FrameError) -> Option<crate::http::Response> {
+fn framing_error(e: &FrameError, max_body: usize) -> Option<crate::http::Response> {
     let err = match e {
         FrameError::Bad(why) => ApiError::new(
             400,
@@ -126,7 +126,12 @@ fn framing_error(e: &FrameError) -> Option<crate::http::Response> {
             format!("One of the request inputs is not valid: {why}."),
         ),
         FrameError::HeadTooLarge => ApiError::new(431, "InvalidInput", "The request line and headers are too large."),
-        FrameError::BodyTooLarge => ApiError::body_too_large(MAX_BODY_BYTES),
+        FrameError::BodyTooLarge => ApiError::body_too_large(max_body),
+        FrameError::Busy => ApiError::new(
+            503,
+            "ServerBusy",
+            "The server is busy: too many large request bodies in flight. Please retry your request.",
+        ),
         FrameError::Incomplete => return None,
     };
     let now = crate::xmlio::iso8601_7(time::OffsetDateTime::now_utc());
@@ -163,6 +168,7 @@ impl Drop for Held {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one connection's socket and its core's shared state, each needed
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     stream: S,
     fd: RawFd,
@@ -171,10 +177,11 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     stop: Arc<AtomicBool>,
     count: Rc<ConnCount>,
     reaper: Rc<Reaper>,
+    large: Rc<LargeBodies>,
 ) {
     count.0.set(count.0.get().saturating_add(1));
     let _held = Held(count.clone());
-    let mut r = Reader::new(stream);
+    let mut r = Reader::new(stream).with_body_limit(ctx.limits.max_body_bytes, large);
     // Declared after the reader, so it is dropped first: the reaper must
     // forget this fd before the socket closes, or it could shut down the
     // next connection that reuses the number.
@@ -249,7 +256,7 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
     match next {
         Ok(req) => req,
         Err((e, _)) => {
-            if let Some(resp) = framing_error(&e) {
+            if let Some(resp) = framing_error(&e, limits.max_body_bytes) {
                 resp.encode(out, false, true);
             }
             None
@@ -370,6 +377,7 @@ mod tests {
                 Arc::new(AtomicBool::new(false)),
                 Rc::new(ConnCount::default()),
                 reaper.clone(),
+                LargeBodies::new(0),
             )
             .await;
             assert_eq!(

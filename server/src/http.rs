@@ -15,7 +15,9 @@
 
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::cell::Cell;
 use std::io;
+use std::rc::Rc;
 
 /// One parsed request. Header names keep their case; look them up with [`Request::header`].
 #[derive(Debug, Clone)]
@@ -161,8 +163,55 @@ pub enum FrameError {
     Bad(&'static str),
     HeadTooLarge,
     BodyTooLarge,
+    /// A large body (above Azure's limit) found its core's budget for them
+    /// spent: answered 503 `ServerBusy`, which clients retry.
+    Busy,
     /// The peer closed or timed out mid-request.
     Incomplete,
+}
+
+/// The bytes of large request bodies one core holds at once. A body above
+/// Azure's limit (`MAX_BODY_BYTES`; only possible with `--max-message-kib`
+/// above 64) takes its length from here before it is read, and gives it back
+/// once its request has been answered. Without it, each connection could
+/// hold a body of the configured size (2 MiB at 1 MiB messages), and a core
+/// has thousands of connections. Owned by one core, shared by its
+/// connections.
+pub struct LargeBodies {
+    free: Cell<usize>,
+}
+
+impl LargeBodies {
+    pub fn new(bytes: usize) -> Rc<Self> {
+        Rc::new(LargeBodies { free: Cell::new(bytes) })
+    }
+
+    /// Bytes not taken by a body in flight.
+    pub fn free(&self) -> usize {
+        self.free.get()
+    }
+
+    fn take(self: &Rc<Self>, bytes: usize) -> Option<BodyPermit> {
+        let left = self.free.get().checked_sub(bytes)?;
+        self.free.set(left);
+        Some(BodyPermit {
+            pool: self.clone(),
+            bytes,
+        })
+    }
+}
+
+/// A large body's share of [`LargeBodies`], given back when dropped. Held
+/// by the connection's reader, on the core that owns the budget.
+struct BodyPermit {
+    pool: Rc<LargeBodies>,
+    bytes: usize,
+}
+
+impl Drop for BodyPermit {
+    fn drop(&mut self) {
+        self.pool.free.set(self.pool.free.get().saturating_add(self.bytes));
+    }
 }
 
 enum Body {
@@ -182,16 +231,35 @@ pub struct Reader<S> {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// Largest body accepted (`MAX_BODY_BYTES` unless configured larger).
+    max_body: usize,
+    /// Where bodies above `MAX_BODY_BYTES` take their bytes from, and the
+    /// share the last request took (held until the next one is read: the
+    /// request is answered by then).
+    large: Rc<LargeBodies>,
+    permit: Option<BodyPermit>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
+    /// A reader with Azure's body limit.
     pub fn new(stream: S) -> Self {
         Reader {
             stream,
             buf: vec![0; READ_CHUNK],
             start: 0,
             end: 0,
+            max_body: MAX_BODY_BYTES,
+            large: LargeBodies::new(0),
+            permit: None,
         }
+    }
+
+    /// Accepts bodies up to `max_body` bytes; those above `MAX_BODY_BYTES`
+    /// only while `large` has room for them (else 503 `ServerBusy`).
+    pub fn with_body_limit(mut self, max_body: usize, large: Rc<LargeBodies>) -> Self {
+        self.max_body = max_body.max(MAX_BODY_BYTES);
+        self.large = large;
+        self
     }
 
     /// Bytes already received but not yet consumed (pipelined requests).
@@ -235,6 +303,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     /// Ok(false): the peer closed. Lets the caller time idleness separately
     /// from a request's arrival.
     pub async fn wait_for_request(&mut self) -> io::Result<bool> {
+        // The previous request has been answered: its large body is gone.
+        self.permit = None;
         self.shrink();
         if self.buffered() > 0 {
             return Ok(true);
@@ -273,7 +343,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             } else {
                 // A request larger than the buffer: grow. The callers bound
                 // what they wait for by the head and body limits, so this
-                // stops near 2 × (MAX_HEAD_BYTES + MAX_BODY_BYTES).
+                // stops near 2 × (MAX_HEAD_BYTES + MAX_BODY_BYTES): larger
+                // bodies, and chunks, never wait in the buffer whole.
                 let len = self.buf.len().saturating_mul(2);
                 self.buf.resize(len, 0);
             }
@@ -286,6 +357,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
 
     /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
     pub async fn next_request(&mut self) -> Result<Option<Request>, (FrameError, bool)> {
+        self.permit = None;
         // The head.
         let (req, head_len) = loop {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -338,8 +410,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         match body {
             Body::None => {}
             Body::Length(n) => {
-                if n > MAX_BODY_BYTES {
+                if n > self.max_body {
                     return Err((FrameError::BodyTooLarge, false));
+                }
+                if n > MAX_BODY_BYTES {
+                    // Refused before `100 Continue`, so the body need not come.
+                    self.permit = Some(self.large.take(n).ok_or((FrameError::Busy, false))?);
+                    if expects_continue && self.buffered() < n {
+                        self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
+                    }
+                    req.body = self.read_large_body(n).await.map_err(|e| (e, true))?;
+                    return Ok(Some(req));
                 }
                 if expects_continue && self.buffered() < n {
                     self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
@@ -360,6 +441,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             }
         }
         Ok(Some(req))
+    }
+
+    /// A body of `n` bytes (above `MAX_BODY_BYTES`, within its permit) read
+    /// straight into a buffer of its own: the read buffer does not grow to
+    /// twice its size, and nothing past the body (a pipelined request) is
+    /// read.
+    async fn read_large_body(&mut self, n: usize) -> Result<Vec<u8>, FrameError> {
+        let mut body = vec![0u8; n];
+        let have = self.buffered().min(n);
+        if let (Some(dst), Some(src)) = (body.get_mut(..have), self.pending().get(..have)) {
+            dst.copy_from_slice(src);
+        }
+        self.consume(have);
+        let mut got = have;
+        while got < n {
+            let dst = body.get_mut(got..).unwrap_or_default();
+            match self.stream.read(dst).await {
+                Ok(0) | Err(_) => return Err(FrameError::Incomplete),
+                Ok(r) => got = got.saturating_add(r).min(n),
+            }
+        }
+        Ok(body)
     }
 
     async fn send_continue(&mut self) -> io::Result<()> {
@@ -393,25 +496,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             }
             // The size is the peer's number: check it against the limit
             // before any arithmetic, so nothing below can overflow.
-            let room = MAX_BODY_BYTES.saturating_sub(body.len());
+            let room = self.max_body.saturating_sub(body.len());
             let size = match usize::try_from(size) {
                 Ok(n) if n <= room => n,
                 _ => return Err(FrameError::BodyTooLarge),
             };
-            // Bounded by MAX_BODY_BYTES + 2, far below usize::MAX.
-            let with_crlf = size.saturating_add(2);
-            while self.buffered() < with_crlf {
+            // Past Azure's limit, the body may go on only with room in the
+            // core's budget for the largest body it could become.
+            if body.len().saturating_add(size) > MAX_BODY_BYTES && self.permit.is_none() {
+                self.permit = Some(self.large.take(self.max_body).ok_or(FrameError::Busy)?);
+            }
+            // The data as it arrives: a chunk never waits in the read
+            // buffer whole, so the buffer does not grow to its size.
+            let mut left = size;
+            while left > 0 {
+                if self.buffered() == 0 && !self.fill().await.map_err(|_| FrameError::Incomplete)? {
+                    return Err(FrameError::Incomplete);
+                }
+                let take = left.min(self.buffered());
+                body.extend_from_slice(self.pending().get(..take).unwrap_or_default());
+                self.consume(take);
+                left = left.saturating_sub(take);
+            }
+            while self.buffered() < 2 {
                 if !self.fill().await.map_err(|_| FrameError::Incomplete)? {
                     return Err(FrameError::Incomplete);
                 }
             }
-            let chunk = self.pending().get(..with_crlf).ok_or(FrameError::Incomplete)?;
-            let (data, crlf) = chunk.split_at(size);
-            if crlf != b"\r\n" {
+            if self.pending().get(..2) != Some(&b"\r\n"[..]) {
                 return Err(FrameError::Bad("chunk data not followed by CRLF"));
             }
-            body.extend_from_slice(data);
-            self.consume(with_crlf);
+            self.consume(2);
         }
     }
 
@@ -669,6 +784,68 @@ mod tests {
             assert_eq!(r.capacity(), READ_CHUNK);
             assert_eq!(r.next_request().await.unwrap().unwrap().target, "/b");
         });
+    }
+
+    #[test]
+    fn large_bodies_take_the_core_budget_and_never_grow_the_buffer() {
+        let big = MAX_BODY_BYTES * 4;
+        let body = vec![b'y'; big];
+        let mut raw = format!("PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: {big}\r\n\r\n").into_bytes();
+        raw.extend_from_slice(&body);
+        raw.extend_from_slice(b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
+        let pool = LargeBodies::new(big);
+        let mut r = reader(&raw, 7000).with_body_limit(big, pool.clone());
+        block_on(async {
+            let req = r.next_request().await.unwrap().unwrap();
+            assert_eq!(req.body, body);
+            assert!(r.capacity() <= 2 * READ_CHUNK, "read buffer grew to {}", r.capacity());
+            assert_eq!(pool.free(), 0, "the body holds its share until the next request");
+            // The pipelined request after it is intact.
+            assert!(r.wait_for_request().await.unwrap());
+            assert_eq!(pool.free(), big);
+            assert_eq!(r.next_request().await.unwrap().unwrap().target, "/b");
+        });
+        // Over the configured limit: 413, as at Azure's limit.
+        let raw = format!("PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n", big + 1);
+        let mut r = reader(raw.as_bytes(), 4096).with_body_limit(big, LargeBodies::new(big));
+        assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::BodyTooLarge);
+        // The budget spent by another connection: 503 before any body byte
+        // (and before a `100 Continue`).
+        let pool = LargeBodies::new(big);
+        let _other = pool.take(1).unwrap();
+        let raw = format!("PUT /a HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: {big}\r\n\r\n");
+        let mut r = reader(raw.as_bytes(), 4096).with_body_limit(big, pool.clone());
+        assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::Busy);
+        assert!(r.stream.written.is_empty(), "no 100 Continue for a refused body");
+        assert_eq!(pool.free(), big - 1);
+        // A body within Azure's limit never needs the budget.
+        let raw = b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc";
+        let mut r = reader(raw, 4096).with_body_limit(big, LargeBodies::new(0));
+        assert_eq!(block_on(r.next_request()).unwrap().unwrap().body, b"abc");
+    }
+
+    #[test]
+    fn chunked_bodies_past_azures_limit_take_the_budget_and_stream_through() {
+        let big = MAX_BODY_BYTES * 3;
+        let chunk = vec![b'z'; MAX_BODY_BYTES];
+        let mut raw = b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..2 {
+            raw.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            raw.extend_from_slice(&chunk);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        for step in [1000, 65536] {
+            let pool = LargeBodies::new(big);
+            let mut r = reader(&raw, step).with_body_limit(big, pool.clone());
+            let req = block_on(r.next_request()).unwrap().unwrap();
+            assert_eq!(req.body.len(), 2 * MAX_BODY_BYTES);
+            assert!(r.capacity() <= 2 * READ_CHUNK, "read buffer grew to {}", r.capacity());
+            assert_eq!(pool.free(), 0);
+            // Without room, the second chunk is refused.
+            let mut r = reader(&raw, step).with_body_limit(big, LargeBodies::new(big - 1));
+            assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::Busy);
+        }
     }
 
     #[test]

@@ -8,8 +8,24 @@ pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 /// Number of header fields in one request.
 pub const MAX_HEADERS: usize = 100;
 /// Largest request body. Azure refuses bodies above this with 413 and
-/// `<MaxLimit>131584</MaxLimit>`; no queue operation needs more.
+/// `<MaxLimit>131584</MaxLimit>`; no queue operation needs more. With
+/// `--max-message-kib` above 64 the limit grows in proportion
+/// (`engine::limits::request_body_limit`), and bodies above this one take
+/// their bytes from `LARGE_BODY_BUDGET_BYTES`.
 pub const MAX_BODY_BYTES: usize = engine::limits::MAX_REQUEST_BODY_BYTES;
+/// Bytes of request bodies above `MAX_BODY_BYTES` one core reads at once
+/// (only with `--max-message-kib` above 64): 31 bodies of the largest
+/// size at 1 MiB messages (2 MiB and 512 bytes each). A body that finds no room is answered 503 `ServerBusy`, which
+/// clients retry. Each byte here costs about three in memory (the body, the
+/// parsed text, the engine's copy in the commit), so hostile clients on
+/// every connection hold at most ~200 MiB per core, instead of their
+/// connection count times the body limit.
+pub const LARGE_BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// Elements in one request document. The smallest element (`<a/>`) is 4
+/// bytes, so a body within Azure's limit can never reach it; larger bodies
+/// (`--max-message-kib`) cannot make a tree bigger than Azure's can: each
+/// element costs about 100 bytes parsed, 25 times its size on the wire.
+pub const MAX_XML_ELEMENTS: usize = MAX_BODY_BYTES / 4;
 /// Messages in one batch request (the extensions in docs/EXTENSIONS.md):
 /// as many as one Get Messages may return.
 pub const MAX_BATCH_MESSAGES: usize = engine::limits::MAX_NUM_OF_MESSAGES as usize;
@@ -31,6 +47,8 @@ pub struct ConnLimits {
     pub max_connections: usize,
     pub idle_timeout: Duration,
     pub request_timeout: Duration,
+    /// Largest request body (`MAX_BODY_BYTES`, or more with `--max-message-kib`).
+    pub max_body_bytes: usize,
 }
 
 impl Default for ConnLimits {
@@ -39,6 +57,7 @@ impl Default for ConnLimits {
             max_connections: MAX_CONNECTIONS_PER_CORE,
             idle_timeout: IDLE_TIMEOUT,
             request_timeout: REQUEST_TIMEOUT,
+            max_body_bytes: MAX_BODY_BYTES,
         }
     }
 }
@@ -56,7 +75,9 @@ pub const READ_CHUNK: usize = 16 * 1024;
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
 /// Response bytes one connection may queue for pipelined requests before
 /// they are written; while they wait to be written, no new request is read.
-/// One response may exceed it (32 Peeked messages of 64 KiB, escaped).
+/// One response may exceed it: a Get or Peek of up to
+/// `engine::limits::MAX_RESPONSE_TEXT_BYTES` of text (2 MiB, 32 messages of
+/// 64 KiB), escaped, whatever `--max-message-kib` is.
 pub const MAX_PENDING_RESPONSE_BYTES: usize = 256 * 1024;
 /// Query parameters in one request. Azure's operations read at most a
 /// handful (plus a SAS's dozen); the bound keeps duplicate detection and

@@ -3,16 +3,25 @@
 //! shared address (SO_REUSEPORT), and running maintenance. The main thread
 //! waits for readiness, prints one line, and turns SIGTERM/SIGINT into a
 //! graceful drain.
+//!
+//! The shards' disk is chosen once per process ([`Storage`]): glommio
+//! `DmaFile`s in the data directory, or memory with `--in-memory`.
+//! Everything above the disk (shards, router, operations) is the same code.
 
 use crate::auth::Account;
 use crate::config::{Config, PreallocFlag, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
-use crate::limits::{DRAIN_LIMIT, HEARTBEAT_INTERVAL, LATE_CORE, MAINTENANCE_INTERVAL, SHARD_STALL_LIMIT};
+use crate::http::LargeBodies;
+use crate::limits::{
+    DRAIN_LIMIT, HEARTBEAT_INTERVAL, LARGE_BODY_BUDGET_BYTES, LATE_CORE, MAINTENANCE_INTERVAL, SHARD_STALL_LIMIT,
+};
 use crate::router::{self, Router};
 use crate::service::ServiceStore;
 use crate::startup;
 use engine::disk::dma::{DmaDisk, Preallocation, SyncPath};
+use engine::disk::mem::MemDisk;
+use engine::disk::Disk;
 use engine::shard::ShardConfig;
 use engine::wal::RecoveryMode;
 use engine::{Shard, SystemClock};
@@ -71,29 +80,54 @@ pub fn run(cfg: Config) -> Result<(), String> {
         return Err(format!("--shards {n}: must be between 1 and 256"));
     }
     let accounts = crate::config::accounts(&cfg.accounts)?;
+    shard_config(0, &cfg)
+        .validate()
+        .map_err(|e| format!("--max-message-kib {} with --segment-mib: {e}", cfg.max_message_kib))?;
     startup::raise_open_file_limit();
+    // glommio's reactor (the network too) runs on io_uring, and locks its
+    // rings' memory, in memory mode as well.
     startup::check_io_uring()?;
     startup::check_memlock(n, cfg.io_memory_kib)?;
-    startup::check_o_direct(&cfg.data_dir)?;
-    let _lock = startup::lock_data_dir(&cfg.data_dir)?;
-    startup::check_shard_count(&cfg.data_dir, n)?;
+    // In memory there is no directory to check, lock or record the shard
+    // count in: nothing is created on disk at all.
+    let _lock = if cfg.in_memory {
+        startup::check_address_free(cfg.addr)?;
+        None
+    } else {
+        startup::check_o_direct(&cfg.data_dir)?;
+        let lock = startup::lock_data_dir(&cfg.data_dir)?;
+        startup::check_shard_count(&cfg.data_dir, n)?;
+        Some(lock)
+    };
     let sigs = block_stop_signals();
     install_panic_exit();
     let accounts: HashMap<String, Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
     let first = accounts.keys().min().cloned().unwrap_or_default();
     // From here on, shard threads run: a failure must not return (that
     // would release the data-directory lock while they still touch it).
-    let shards = Shards::spawn(&cfg, &cpus, n, accounts).unwrap_or_else(|e| startup_failed(&e));
+    let spawned = if cfg.in_memory {
+        Shards::spawn::<MemDisk>(&cfg, &cpus, n, accounts)
+    } else {
+        Shards::spawn::<DmaDisk>(&cfg, &cpus, n, accounts)
+    };
+    let shards = spawned.unwrap_or_else(|e| startup_failed(&e));
     if let Err(e) = shards.wait_ready(&sigs) {
         startup_failed(&e);
     }
+    let data = if cfg.in_memory {
+        "in memory: nothing survives a restart".to_string()
+    } else {
+        format!("data in {}", cfg.data_dir.display())
+    };
     println!(
-        "hematite ready: http://{}/{first} ({n} shard{}, data in {})",
+        "hematite ready: http://{}/{first} ({n} shard{}, {data})",
         cfg.addr,
         if n == 1 { "" } else { "s" },
-        cfg.data_dir.display()
     );
-    tracing::info!(addr = %cfg.addr, shards = n, "ready");
+    if cfg.in_memory {
+        tracing::warn!("running in memory (--in-memory): no data directory, and nothing survives a restart");
+    }
+    tracing::info!(addr = %cfg.addr, shards = n, in_memory = cfg.in_memory, "ready");
     shards.watch_until_signal(&sigs);
     shards.drain();
     tracing::info!("stopped");
@@ -148,12 +182,18 @@ struct Shards {
 }
 
 impl Shards {
-    /// One executor per shard, pinned to its CPU.
-    fn spawn(cfg: &Config, cpus: &[usize], n: usize, accounts: HashMap<String, Account>) -> Result<Shards, String> {
+    /// One executor per shard, pinned to its CPU, each with its shard on a
+    /// disk of kind `D`.
+    fn spawn<D: Storage>(
+        cfg: &Config,
+        cpus: &[usize],
+        n: usize,
+        accounts: HashMap<String, Account>,
+    ) -> Result<Shards, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let (exit_tx, exits) = mpsc::channel::<(usize, bool)>();
         let (ready_tx, ready) = mpsc::channel::<Result<usize, String>>();
-        let mesh = (n > 1).then(|| router::mesh(n));
+        let mesh = (n > 1).then(|| router::mesh::<D>(n));
         let heartbeats: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
@@ -174,7 +214,7 @@ impl Shards {
                 .spawn(move || async move {
                     let _exit = exit;
                     glommio::spawn_local(heartbeat(i, beats, stop.clone())).detach();
-                    if let Err(e) = shard_main(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
+                    if let Err(e) = shard_main::<D>(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
                         let _ = ready.send(Err(format!("shard {i}: {e}")));
                     }
                 })
@@ -294,17 +334,17 @@ async fn heartbeat(i: usize, beats: Arc<Vec<AtomicU64>>, stop: Arc<AtomicBool>) 
 }
 
 /// One core's life: open its shard, serve until told to stop, drain.
-async fn shard_main(
+async fn shard_main<D: Storage>(
     i: usize,
     n: usize,
     cfg: Config,
-    mesh: Option<router::Mesh>,
+    mesh: Option<router::Mesh<D>>,
     accounts: HashMap<String, Account>,
     stop: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
-    let shard = open_shard(i, &cfg).await?;
-    let service = Rc::new(ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())?);
+    let shard = open_shard::<D>(i, &cfg).await?;
+    let service = Rc::new(D::service_store(i, &cfg)?);
     let router = Router::join(mesh, shard.clone(), service, i, n).await;
     let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
     let ctx = Rc::new(Ctx {
@@ -314,6 +354,7 @@ async fn shard_main(
             max_connections: cfg.max_connections_per_core.max(1),
             idle_timeout: Duration::from_secs(cfg.idle_timeout_secs.max(1)),
             request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
+            max_body_bytes: cfg.max_body_bytes(),
         },
         security: crate::handler::Security::default(),
         addressing: crate::addressing::Addressing {
@@ -326,11 +367,12 @@ async fn shard_main(
     });
     let conns = Rc::new(ConnCount::default());
     let reaper = Rc::new(Reaper::default());
+    let large = LargeBodies::new(LARGE_BODY_BUDGET_BYTES);
     let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
     let mover = glommio::spawn_local(move_dead_letters(i, ctx.clone()));
     let _ = ready.send(Ok(i));
-    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper).await;
+    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large).await;
     drop(listener);
     // Long polls answer (empty) now, so their connections can drain; the
     // dead-letter mover stops (an unfinished move is retried after a restart).
@@ -372,37 +414,78 @@ fn log_commit_stats(i: usize, s: &engine::wal::CommitStats) {
     );
 }
 
-/// Opens (recovers) this core's shard from its directory.
-async fn open_shard(i: usize, cfg: &Config) -> Result<Rc<Shard<DmaDisk>>, String> {
-    let sync = match cfg.fdatasync {
-        SyncFlag::Blocking => SyncPath::BlockingPool,
-        SyncFlag::Uring => SyncPath::Uring,
-    };
-    let dir = cfg.data_dir.join(format!("shard-{i:03}"));
-    let prealloc = match cfg.preallocate {
-        PreallocFlag::Fallocate => Preallocation::Fallocate,
-        PreallocFlag::ZeroFill => Preallocation::ZeroFill,
-    };
-    let disk = DmaDisk::open(&dir, sync)
-        .await
-        .map_err(|e| format!("opening {}: {e}", dir.display()))?
-        .with_preallocation(prealloc);
+/// Where the server keeps its state, one kind per process: the disk under
+/// the shards' logs, and the service properties beside them.
+#[allow(async_fn_in_trait)] // used on one core, never boxed or sent
+pub trait Storage: Disk {
+    /// Opens shard `i`'s disk.
+    async fn open_for(i: usize, cfg: &Config) -> Result<Self, String>;
+    /// Shard `i`'s service property store (core 0's is the one in use).
+    fn service_store(i: usize, cfg: &Config) -> Result<ServiceStore, String>;
+}
+
+impl Storage for DmaDisk {
+    /// Files under `--data-dir`/service, loaded by core 0.
+    fn service_store(i: usize, cfg: &Config) -> Result<ServiceStore, String> {
+        ServiceStore::open(cfg.data_dir.join("service"), i == 0).map_err(|e| e.to_string())
+    }
+
+    /// The shard's directory under `--data-dir`, through O_DIRECT.
+    async fn open_for(i: usize, cfg: &Config) -> Result<Self, String> {
+        let sync = match cfg.fdatasync {
+            SyncFlag::Blocking => SyncPath::BlockingPool,
+            SyncFlag::Uring => SyncPath::Uring,
+        };
+        let dir = cfg.data_dir.join(format!("shard-{i:03}"));
+        let prealloc = match cfg.preallocate {
+            PreallocFlag::Fallocate => Preallocation::Fallocate,
+            PreallocFlag::ZeroFill => Preallocation::ZeroFill,
+        };
+        Ok(DmaDisk::open(&dir, sync)
+            .await
+            .map_err(|e| format!("opening {}: {e}", dir.display()))?
+            .with_preallocation(prealloc))
+    }
+}
+
+impl Storage for MemDisk {
+    /// An empty memory disk: every start begins with no queues.
+    async fn open_for(_: usize, _: &Config) -> Result<Self, String> {
+        Ok(MemDisk::new())
+    }
+
+    /// Properties in memory only, the defaults at every start.
+    fn service_store(_: usize, _: &Config) -> Result<ServiceStore, String> {
+        Ok(ServiceStore::in_memory())
+    }
+}
+
+/// Shard `i`'s engine settings from the flags.
+fn shard_config(i: usize, cfg: &Config) -> ShardConfig {
     let mut scfg = ShardConfig::new(i as u32);
-    scfg.segment_bytes = (cfg.segment_mib.max(1)) << 20;
-    scfg.body_cache_bytes = cfg.body_cache_mib << 20;
+    scfg.segment_bytes = cfg.segment_bytes();
+    scfg.body_cache_bytes = cfg.body_cache_bytes();
+    scfg.max_message_bytes = cfg.max_message_bytes();
     scfg.stale_receipt_is_mismatch = cfg.azurite_receipt_errors;
     scfg.dead_letter_lease_ms = cfg.dead_letter_lease_secs.saturating_mul(1000);
     if cfg.quarantine_corrupt_segments {
         scfg.recovery = RecoveryMode::QuarantineCorrupt;
     }
-    let shard = Shard::open(disk, scfg, Rc::new(SystemClock))
+    scfg
+}
+
+/// Opens (recovers) this core's shard from its disk.
+async fn open_shard<D: Storage>(i: usize, cfg: &Config) -> Result<Rc<Shard<D>>, String> {
+    let disk = D::open_for(i, cfg).await?;
+    let shard = Shard::open(disk, shard_config(i, cfg), Rc::new(SystemClock))
         .await
         .map_err(|e| e.to_string())?;
     Ok(Rc::new(shard))
 }
 
-/// Expiry, segment preparation and compaction, in the background.
-async fn maintain(i: usize, shard: Rc<Shard<DmaDisk>>, stop: Arc<AtomicBool>) {
+/// Expiry, segment preparation and compaction, in the background (in
+/// memory too: compaction is what frees the memory of deleted messages).
+async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         if let Err(e) = shard.maintenance().await {
             tracing::error!(shard = i, "maintenance: {e}");
@@ -438,13 +521,14 @@ async fn move_dead_letters<D: engine::disk::Disk>(i: usize, ctx: Rc<Ctx<D>>) {
 
 /// Accepts connections, each served by its own task on this core, until
 /// the stop flag is set.
-async fn accept_until_stopped(
+async fn accept_until_stopped<D: Disk>(
     i: usize,
     listener: &TcpListener,
-    ctx: &Rc<Ctx>,
+    ctx: &Rc<Ctx<D>>,
     stop: &Arc<AtomicBool>,
     conns: &Rc<ConnCount>,
     reaper: &Rc<Reaper>,
+    large: &Rc<LargeBodies>,
 ) {
     loop {
         let accept = async { Some(listener.accept().await) };
@@ -473,6 +557,7 @@ async fn accept_until_stopped(
                     stop.clone(),
                     conns.clone(),
                     reaper.clone(),
+                    large.clone(),
                 );
                 glommio::spawn_local(conn).detach();
             }

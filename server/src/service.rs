@@ -1,7 +1,8 @@
 //! Queue service properties (Logging, Hour/Minute Metrics, CORS), per
 //! account ("Get/Set Queue Service Properties", "Preflight Queue Request"). Owned by core 0: other cores ask
 //! it over the mesh. Persisted as one XML file per account, replaced
-//! atomically (write, fsync, rename, fsync the directory).
+//! atomically (write, fsync, rename, fsync the directory); with
+//! `--in-memory`, kept in memory only.
 
 use crate::error::ApiError;
 use crate::xmlio::{escape, parse, Node, DECL};
@@ -264,7 +265,8 @@ impl ServiceProperties {
 
 /// Core 0's store of every account's service properties.
 pub struct ServiceStore {
-    dir: PathBuf,
+    /// Where the documents are stored; `None` in memory (`--in-memory`).
+    dir: Option<PathBuf>,
     by_account: RefCell<HashMap<String, ServiceProperties>>,
     /// Held from reading the current value to storing the merged one: two
     /// concurrent Set Service Properties must not both merge into the same
@@ -299,10 +301,20 @@ impl ServiceStore {
             }
         }
         Ok(ServiceStore {
-            dir,
+            dir: Some(dir),
             by_account: RefCell::new(map),
             updating: futures::lock::Mutex::new(()),
         })
+    }
+
+    /// A store that keeps the properties in memory only (`--in-memory`):
+    /// they start at the defaults and are gone with the process.
+    pub fn in_memory() -> Self {
+        ServiceStore {
+            dir: None,
+            by_account: RefCell::new(HashMap::new()),
+            updating: futures::lock::Mutex::new(()),
+        }
     }
 
     pub fn get(&self, account: &str) -> ServiceProperties {
@@ -323,23 +335,24 @@ impl ServiceStore {
     }
 
     async fn set(&self, account: &str, props: ServiceProperties) -> Result<(), QueueError> {
-        let xml = props.to_xml();
-        let dir = self.dir.clone();
-        let name = format!("{account}.xml");
-        let written = glommio::executor()
-            .spawn_blocking(move || -> std::io::Result<()> {
-                use std::io::Write;
-                let tmp = dir.join(format!("{name}.tmp"));
-                let mut f = std::fs::File::create(&tmp)?;
-                f.write_all(xml.as_bytes())?;
-                f.sync_all()?;
-                std::fs::rename(&tmp, dir.join(&name))?;
-                std::fs::File::open(&dir)?.sync_all()
-            })
-            .await;
-        written.map_err(|e| QueueError::Internal {
-            reason: format!("storing service properties: {e}"),
-        })?;
+        if let Some(dir) = self.dir.clone() {
+            let xml = props.to_xml();
+            let name = format!("{account}.xml");
+            let written = glommio::executor()
+                .spawn_blocking(move || -> std::io::Result<()> {
+                    use std::io::Write;
+                    let tmp = dir.join(format!("{name}.tmp"));
+                    let mut f = std::fs::File::create(&tmp)?;
+                    f.write_all(xml.as_bytes())?;
+                    f.sync_all()?;
+                    std::fs::rename(&tmp, dir.join(&name))?;
+                    std::fs::File::open(&dir)?.sync_all()
+                })
+                .await;
+            written.map_err(|e| QueueError::Internal {
+                reason: format!("storing service properties: {e}"),
+            })?;
+        }
         self.by_account.borrow_mut().insert(account.to_string(), props);
         Ok(())
     }

@@ -2,7 +2,9 @@
 //! what to change, because glommio's own failures here are obscure (a panic
 //! or an ENOMEM deep inside ring setup): io_uring available,
 //! enough locked memory, O_DIRECT on the data directory, the shard count
-//! recorded in the data directory, and the CPUs we may run on.
+//! recorded in the data directory (none of these three with `--in-memory`,
+//! which checks instead that no one else listens on its address), and the
+//! CPUs we may run on.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -148,6 +150,28 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(f)
+}
+
+/// Refuses an address another process already listens on. Every core binds
+/// with SO_REUSEPORT, so a second server on the same port would start and
+/// split the clients with the first; on disk the data-directory lock stops
+/// a second server on the same directory, in memory (`--in-memory`) nothing
+/// else would. The probe connects: a trial bind would also fail on the
+/// previous run's connections in TIME_WAIT, which are no one's listener.
+pub fn check_address_free(addr: std::net::SocketAddr) -> Result<(), String> {
+    let mut probe = addr;
+    if probe.ip().is_unspecified() {
+        probe.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_secs(1)) {
+        Ok(_) => Err(format!(
+            "something already listens on {addr}; is another hematite running there? Stop it or use another --addr"
+        )),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Raises the open-file soft limit to the hard limit: every connection is a

@@ -191,8 +191,15 @@ pub fn parse(body: &[u8]) -> Result<Node, ApiError> {
     reader.config_mut().trim_text(false);
     let mut stack: Vec<Node> = Vec::new();
     let mut root: Option<Node> = None;
+    let mut elements = 0usize;
     loop {
         let ev = reader.read_event().map_err(|e| ApiError::invalid_xml(format!("{e}")))?;
+        if matches!(ev, Event::Start(_) | Event::Empty(_)) {
+            elements = elements.saturating_add(1);
+            if elements > crate::limits::MAX_XML_ELEMENTS {
+                return Err(ApiError::invalid_xml("The document has too many elements."));
+            }
+        }
         match ev {
             Event::Start(e) => {
                 if root.is_some() {
@@ -421,6 +428,29 @@ mod tests {
         root.child("MessageText")
             .map(|n| n.text.clone())
             .ok_or_else(|| "child".into())
+    }
+
+    #[test]
+    fn a_document_of_too_many_elements_is_refused() {
+        let doc = |n: usize| {
+            format!(
+                "<QueueMessage><MessageText>t</MessageText>{}</QueueMessage>",
+                "<a/>".repeat(n)
+            )
+        };
+        // Two elements besides the `<a/>`s.
+        let most = crate::limits::MAX_XML_ELEMENTS - 2;
+        assert!(parse(doc(most).as_bytes()).is_ok());
+        assert!(
+            doc(most).len() > crate::limits::MAX_BODY_BYTES,
+            "Azure-sized bodies never reach the cap"
+        );
+        let err = parse(doc(most + 1).as_bytes()).unwrap_err();
+        assert!(
+            format!("{:?}", err.details).contains("too many elements"),
+            "{:?}",
+            err.details
+        );
     }
 
     #[test]

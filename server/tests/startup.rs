@@ -41,6 +41,8 @@ fn help_documents_every_flag() {
         "--io-memory-kib",
         "--quarantine-corrupt-segments",
         "--azurite-receipt-errors",
+        "--in-memory",
+        "--max-message-kib",
         "HEMATITE_ADDR",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}");

@@ -1,6 +1,11 @@
 """Fixtures: the real hematite binary on a free port and a temporary data
 directory, SDK clients for it, and a raw Shared Key client for wire-level
-checks (error bodies, headers, versions)."""
+checks (error bodies, headers, versions).
+
+HEMATITE_PY_IN_MEMORY=1 runs every server of the suite with --in-memory
+instead of a data directory (tools/test-all runs the suite both ways); tests
+that need what only a disk gives (a restart that keeps the data, files in
+the data directory) are marked `needs_disk` and skipped then."""
 
 import base64
 import hashlib
@@ -26,6 +31,8 @@ KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr
 KEY2 = base64.b64encode(b"the second key of the dev account").decode()
 OTHER = "otheraccount"
 OTHER_KEY = base64.b64encode(b"a key for another account, 32 b").decode()
+IN_MEMORY = os.environ.get("HEMATITE_PY_IN_MEMORY", "") not in ("", "0")
+needs_disk = pytest.mark.skipif(IN_MEMORY, reason="--in-memory keeps nothing on disk and nothing across a restart")
 
 
 def free_port():
@@ -35,10 +42,19 @@ def free_port():
 
 
 class Server:
+    """The binary on `port` (default: a free one), storing in `data` (default:
+    a new temporary directory), or in memory (`data` is then None)."""
+
     def __init__(self, extra_args=(), port=None, data=None):
         self.port = port or free_port()
-        self.data = data or tempfile.mkdtemp(prefix="hematite-test-")
-        args = [BIN, "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data]
+        args = [BIN, "--addr", f"127.0.0.1:{self.port}"]
+        if IN_MEMORY:
+            assert data is None, "a test that passes a data directory needs the disk: mark it needs_disk"
+            self.data = None
+            args += ["--in-memory"]
+        else:
+            self.data = data or tempfile.mkdtemp(prefix="hematite-test-")
+            args += ["--data-dir", self.data]
         args += ["--account", f"{ACCOUNT}:{KEY}:{KEY2}", "--account", f"{OTHER}:{OTHER_KEY}"]
         args += list(extra_args)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -47,6 +63,7 @@ class Server:
             err = self.proc.stderr.read() if self.proc.poll() is not None else ""
             raise RuntimeError(f"hematite did not start: {line!r} {err}")
         self.ready_line = line
+        assert ("in memory" in line) == IN_MEMORY, f"not the storage the suite asked for: {line!r}"
 
     @property
     def endpoint(self):

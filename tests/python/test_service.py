@@ -4,13 +4,12 @@ development connection string."""
 
 import http.client
 import os
-import tempfile
 
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import CorsRule, Metrics, QueueAnalyticsLogging, QueueServiceClient, RetentionPolicy
 
-from conftest import ACCOUNT, KEY, Server
+from conftest import ACCOUNT, IN_MEMORY, KEY, Server
 
 
 def test_service_properties_round_trip(svc):
@@ -92,7 +91,7 @@ def test_use_development_storage_on_the_default_port():
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", 10001)) == 0:
             pytest.skip("port 10001 is in use")
-    srv = Server(port=10001, data=tempfile.mkdtemp())
+    srv = Server(port=10001)
     try:
         assert "http://127.0.0.1:10001/devstoreaccount1" in srv.ready_line
         svc = QueueServiceClient.from_connection_string("UseDevelopmentStorage=true")
@@ -101,4 +100,5 @@ def test_use_development_storage_on_the_default_port():
         assert q.receive_message().content == "works"
     finally:
         assert srv.stop() == 0
-    assert os.path.isdir(os.path.join(srv.data, "shard-000"))
+    if not IN_MEMORY:
+        assert os.path.isdir(os.path.join(srv.data, "shard-000"))

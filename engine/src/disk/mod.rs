@@ -1,13 +1,15 @@
-//! The disk beneath a shard's WAL, as a small trait with two implementations:
-//! [`dma::DmaDisk`] (glommio `DmaFile`: O_DIRECT through io_uring) for
-//! production, and [`sim::SimDisk`] (in memory, with a durability model and
-//! fault injection) so queue logic and crash behaviour are testable without
-//! io_uring.
+//! The disk beneath a shard's WAL, as a small trait with these
+//! implementations: [`dma::DmaDisk`] (glommio `DmaFile`: O_DIRECT through
+//! io_uring) for production, [`mem::MemDisk`] (plain memory, nothing
+//! durable) for `--in-memory`, [`sim::SimDisk`] (in memory, with a
+//! durability model and fault injection) so queue logic and crash behaviour
+//! are testable without io_uring, and [`std_fs::StdDisk`] for offline tools.
 //!
 //! A `Disk` is rooted at one directory and owned by one shard (one core); its
 //! futures are not `Send`.
 
 pub mod dma;
+pub mod mem;
 pub mod sim;
 pub mod std_fs;
 

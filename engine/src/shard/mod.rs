@@ -64,6 +64,10 @@ pub struct ShardConfig {
     /// How long a message on its way to a dead-letter queue stays hidden
     /// before a later Get Messages retries the move (DEAD_LETTER_LEASE_SECS).
     pub dead_letter_lease_ms: u64,
+    /// Largest message text in bytes: `MAX_MESSAGE_BYTES` (Azure's 64 KiB)
+    /// by default, up to `MAX_MESSAGE_BYTES_CEILING` (docs/EXTENSIONS.md,
+    /// "Larger messages"). Bodies of any size live in the WAL alike.
+    pub max_message_bytes: usize,
 }
 
 impl ShardConfig {
@@ -77,7 +81,27 @@ impl ShardConfig {
             rng_seed: None,
             clock_lease_ms: CLOCK_LEASE_MS,
             dead_letter_lease_ms: DEAD_LETTER_LEASE_SECS as u64 * 1000,
+            max_message_bytes: MAX_MESSAGE_BYTES,
         }
+    }
+
+    /// Refuses a configuration the log cannot serve: a message size above
+    /// the ceiling, or segments too small for the largest record.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_MESSAGE_BYTES_CEILING).contains(&self.max_message_bytes) {
+            return Err(format!(
+                "the message size limit must be 1 to {MAX_MESSAGE_BYTES_CEILING} bytes, not {}",
+                self.max_message_bytes
+            ));
+        }
+        let min = min_segment_bytes(max_append_body(self.max_message_bytes));
+        if self.segment_bytes < min {
+            return Err(format!(
+                "segments of {} bytes cannot hold a message of {} bytes; they must be at least {min} bytes",
+                self.segment_bytes, self.max_message_bytes
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -294,10 +318,11 @@ fn check_range(name: &'static str, v: i64, min: i64, max: i64) -> Result<i64, Qu
     }
 }
 
-fn check_text(text: &str) -> Result<(), QueueError> {
-    if text.len() > MAX_MESSAGE_BYTES {
+/// A message text within the shard's limit (`max_message_bytes`).
+fn check_text(text: &str, max_message_bytes: usize) -> Result<(), QueueError> {
+    if text.len() > max_message_bytes {
         return Err(QueueError::RequestBodyTooLarge {
-            max_limit: MAX_MESSAGE_BYTES,
+            max_limit: max_message_bytes,
         });
     }
     Ok(())
@@ -340,6 +365,7 @@ pub struct Shard<D: Disk> {
 impl<D: Disk> Shard<D> {
     /// Recovers the shard from `disk` and opens it for requests.
     pub async fn open(disk: D, cfg: ShardConfig, clock: Rc<dyn Clock>) -> Result<Self, StorageError> {
+        cfg.validate().map_err(StorageError::Config)?;
         let mut state = State {
             queues: HashMap::new(),
             names: BTreeMap::new(),
@@ -354,8 +380,10 @@ impl<D: Disk> Shard<D> {
             shard_id: cfg.shard_id,
             segment_bytes: cfg.segment_bytes,
             recovery: cfg.recovery,
+            max_append_body: max_append_body(cfg.max_message_bytes),
         };
-        let (wal, report) = Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
+        let (mut wal, report) =
+            Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
         // Messages of queues that were never (re)defined belong to deleted queues.
         state.orphans.clear();
         // Expired messages need no record: drop those expired by the recorded
@@ -366,13 +394,35 @@ impl<D: Disk> Shard<D> {
         if let Some((seg, len)) = state.clock_pos {
             wal.pin(seg, len);
         }
+        let mut largest = 0usize;
         for q in state.queues.values_mut() {
             q.purge_expired(now);
             q.check_invariants();
             wal.pin(q.def_seg, q.def_frame_len);
             for m in q.messages() {
                 wal.pin(m.body.seg, m.body.frame_len);
+                largest = largest.max(m.body.len as usize);
             }
+        }
+        // Messages stored under a larger `max_message_bytes` than this start
+        // has: new ones are held to the new limit, but compaction must still
+        // be able to move the old ones, so the writer keeps room for them.
+        if largest > cfg.max_message_bytes {
+            let need = max_append_body(largest);
+            if cfg.segment_bytes < min_segment_bytes(need) {
+                return Err(StorageError::Config(format!(
+                    "the log holds a message of {largest} bytes, and segments of {} bytes cannot hold it; they must be at least {} bytes",
+                    cfg.segment_bytes,
+                    min_segment_bytes(need)
+                )));
+            }
+            tracing::warn!(
+                shard = cfg.shard_id,
+                largest,
+                limit = cfg.max_message_bytes,
+                "the log holds messages above the message size limit (stored with a larger one); they stay readable"
+            );
+            wal.keep_room_for(need);
         }
         tracing::info!(
             shard = cfg.shard_id,
@@ -714,7 +764,7 @@ impl<D: Disk> Shard<D> {
         visibility_timeout: Option<i64>,
         ttl: Option<i64>,
     ) -> Result<PutReceipt, QueueError> {
-        check_text(&text)?;
+        check_text(&text, self.cfg.max_message_bytes)?;
         let (vt, ttl) = check_put_times(visibility_timeout, ttl)?;
         let body: Rc<[u8]> = Rc::from(text.into_bytes());
         self.mutate(|st, wal, now| {
@@ -743,7 +793,7 @@ impl<D: Disk> Shard<D> {
             let out = texts
                 .into_iter()
                 .map(|text| {
-                    check_text(&text)?;
+                    check_text(&text, self.cfg.max_message_bytes)?;
                     let (receipt, _) = self.put_one(st, wal, now, qid, Rc::from(text.into_bytes()), vt, ttl)?;
                     Ok(receipt)
                 })
@@ -1229,7 +1279,7 @@ impl<D: Disk> Shard<D> {
         })?;
         let vt = check_range("visibilitytimeout", vt, 0, MAX_VISIBILITY_TIMEOUT_SECS)?;
         if let Some(t) = &text {
-            check_text(t)?;
+            check_text(t, self.cfg.max_message_bytes)?;
         }
         self.mutate(|st, wal, now| {
             let nonce = self.nonce();
@@ -1394,18 +1444,27 @@ struct WaitHint {
 fn pick(q: &Queue, now: u64, n: usize) -> (Vec<u64>, Vec<u64>) {
     let limit = q.attrs.redrive.as_ref().map(|r| r.max_dequeue_count);
     let (mut deliver, mut dead) = (Vec::with_capacity(n), Vec::new());
+    // At most MAX_RESPONSE_TEXT_BYTES of text per answer, as Queue::visible
+    // (the first message always goes).
+    let mut text = 0usize;
     for seq in q.visible_seqs(now).take(MAX_GET_SCAN) {
         if deliver.len() == n {
             break;
         }
-        let count = q.get(seq).expect("visible message exists").dequeue_count;
+        let m = q.get(seq).expect("visible message exists");
         match limit {
-            Some(k) if count >= k => {
+            Some(k) if m.dequeue_count >= k => {
                 if dead.len() < MAX_DEAD_LETTERS_PER_GET {
                     dead.push(seq);
                 }
             }
-            _ => deliver.push(seq),
+            _ => {
+                text = text.saturating_add(m.body.len as usize);
+                if !deliver.is_empty() && text > MAX_RESPONSE_TEXT_BYTES {
+                    break;
+                }
+                deliver.push(seq);
+            }
         }
     }
     (deliver, dead)

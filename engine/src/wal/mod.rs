@@ -85,6 +85,11 @@ pub struct WalConfig {
     /// The writer rotates once a segment holds this many bytes.
     pub segment_bytes: u64,
     pub recovery: RecoveryMode,
+    /// Largest record body the writer appends (`limits::max_append_body` of
+    /// the shard's message size). Rotation keeps this much room free, and
+    /// the segment must be at least `limits::min_segment_bytes` of it.
+    /// Reading is bounded by `MAX_RECORD_BODY` instead, whatever this is.
+    pub max_append_body: usize,
 }
 
 impl WalConfig {
@@ -93,6 +98,7 @@ impl WalConfig {
             shard_id,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             recovery: RecoveryMode::Strict,
+            max_append_body: MAX_APPEND_BODY,
         }
     }
 }
@@ -205,9 +211,10 @@ impl<D: Disk> Wal<D> {
         now_ms: u64,
         apply: &mut dyn FnMut(Record, RecordPos),
     ) -> Result<(Self, RecoveryReport), StorageError> {
+        let min = min_segment_bytes(cfg.max_append_body);
         assert!(
-            cfg.segment_bytes >= MIN_SEGMENT_BYTES,
-            "segment size below {MIN_SEGMENT_BYTES}"
+            cfg.segment_bytes >= min && cfg.max_append_body <= MAX_RECORD_BODY,
+            "segment size below {min}, or records above {MAX_RECORD_BODY} bytes"
         );
         let rec = recovery::recover(&disk, cfg, apply).await?;
         let wal = Wal {
@@ -243,6 +250,15 @@ impl<D: Disk> Wal<D> {
         st.segments.insert(seg.header.seq, seg);
         drop(st);
         Ok((wal, rec.report))
+    }
+
+    /// Raises the writer's record limit to `max_append_body` (never lowers
+    /// it): for records already in the log that compaction must be able to
+    /// rewrite. Call before any append, with a segment size that fits it.
+    pub(crate) fn keep_room_for(&mut self, max_append_body: usize) {
+        let body = max_append_body.min(MAX_RECORD_BODY);
+        debug_assert!(self.cfg.segment_bytes >= min_segment_bytes(body));
+        self.cfg.max_append_body = self.cfg.max_append_body.max(body);
     }
 
     pub fn durable_lsn(&self) -> u64 {
@@ -289,7 +305,11 @@ impl<D: Disk> Wal<D> {
             Some(b) if !b.closed => b.base + b.buf.len() as u64,
             _ => st.tail_end,
         };
-        !self.fits(st, end, COMMIT_FRAME_LEN + 2 * FRAME_HEADER_LEN + MAX_APPEND_BODY + 8)
+        !self.fits(
+            st,
+            end,
+            COMMIT_FRAME_LEN + 2 * FRAME_HEADER_LEN + self.cfg.max_append_body + 8,
+        )
     }
 
     /// Ensures the next [`Wal::append`] can place its record (and one clock
@@ -398,10 +418,11 @@ impl<D: Disk> Wal<D> {
     }
 
     fn place(&self, st: &mut State<D::File>, kind: u8, body: &[u8]) -> Result<RecordPos, StorageError> {
-        if body.len() > MAX_APPEND_BODY {
+        if body.len() > self.cfg.max_append_body {
             return Err(StorageError::Unencodable(format!(
-                "a record body of {} bytes exceeds the {MAX_APPEND_BODY}-byte limit",
-                body.len()
+                "a record body of {} bytes exceeds the {}-byte limit",
+                body.len(),
+                self.cfg.max_append_body
             )));
         }
         let frame_len = FRAME_HEADER_LEN + body.len();

@@ -352,9 +352,8 @@ pub async fn inspect<D: Disk>(
     apply: &mut dyn FnMut(Record, RecordPos),
 ) -> Result<RecoveryReport, StorageError> {
     let cfg = WalConfig {
-        shard_id,
-        segment_bytes: crate::limits::DEFAULT_SEGMENT_BYTES,
         recovery: RecoveryMode::Inspect,
+        ..WalConfig::new(shard_id)
     };
     Ok(recover(disk, cfg, apply).await?.report)
 }
@@ -364,9 +363,8 @@ pub async fn inspect<D: Disk>(
 /// opening it for writes. The operator's `repair` command.
 pub async fn repair<D: Disk>(disk: &D, shard_id: u32, mode: RecoveryMode) -> Result<RecoveryReport, StorageError> {
     let cfg = WalConfig {
-        shard_id,
-        segment_bytes: crate::limits::DEFAULT_SEGMENT_BYTES,
         recovery: mode,
+        ..WalConfig::new(shard_id)
     };
     Ok(recover(disk, cfg, &mut |_, _| {}).await?.report)
 }
