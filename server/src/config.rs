@@ -18,6 +18,14 @@ pub enum SyncFlag {
     Uring,
 }
 
+/// How bearer tokens are taken (`--oauth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OAuthFlag {
+    /// Well-formed, unexpired, Entra-issued tokens for Azure Storage are
+    /// accepted as the account owner; THE SIGNATURE IS NOT VERIFIED.
+    Basic,
+}
+
 /// How a new WAL segment's space is reserved (docs/decisions/0003 and 0005).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreallocFlag {
@@ -120,6 +128,20 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_DEAD_LETTER_LEASE_SECS", default_value_t = engine::limits::DEAD_LETTER_LEASE_SECS as u64,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub dead_letter_lease_secs: u64,
+
+    /// Serve HTTPS on --addr with this PEM certificate chain (and --key).
+    #[arg(long, env = "HEMATITE_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// The PEM private key of --cert.
+    #[arg(long, env = "HEMATITE_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
+
+    /// Accept OAuth bearer tokens (HTTPS only). `basic`, like Azurite's:
+    /// the token's form, lifetime, issuer and audience are checked, its
+    /// signature is not (docs/OPERATIONS.md, "OAuth").
+    #[arg(long, env = "HEMATITE_OAUTH", value_enum)]
+    pub oauth: Option<OAuthFlag>,
 
     /// Answer stale pop receipts like Azurite (400 PopReceiptMismatch)
     /// instead of like Azure (404 MessageNotFound).

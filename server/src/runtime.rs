@@ -80,6 +80,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         return Err(format!("--shards {n}: must be between 1 and 256"));
     }
     let accounts = crate::config::accounts(&cfg.accounts)?;
+    check_security(&cfg)?;
     shard_config(0, &cfg)
         .validate()
         .map_err(|e| format!("--max-message-kib {} with --segment-mib: {e}", cfg.max_message_kib))?;
@@ -120,7 +121,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         format!("data in {}", cfg.data_dir.display())
     };
     println!(
-        "hematite ready: http://{}/{first} ({n} shard{}, {data})",
+        "hematite ready: {}://{}/{first} ({n} shard{}, {data})",
+        if cfg.cert.is_some() { "https" } else { "http" },
         cfg.addr,
         if n == 1 { "" } else { "s" },
     );
@@ -131,6 +133,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
     shards.watch_until_signal(&sigs);
     shards.drain();
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// TLS and OAuth flags that cannot work, refused before anything starts.
+fn check_security(cfg: &Config) -> Result<(), String> {
+    if let (Some(cert), Some(key)) = (&cfg.cert, &cfg.key) {
+        crate::tls::Identity::load(cert, key)?;
+    }
+    if cfg.oauth.is_some() && cfg.cert.is_none() {
+        return Err("--oauth basic needs HTTPS (--cert and --key): a bearer token must never cross the network in clear text, and the Azure SDKs refuse to send one over HTTP".into());
+    }
     Ok(())
 }
 
@@ -356,7 +369,10 @@ async fn shard_main<D: Storage>(
             request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
             max_body_bytes: cfg.max_body_bytes(),
         },
-        security: crate::handler::Security::default(),
+        security: crate::handler::Security {
+            https: cfg.cert.is_some(),
+            oauth: cfg.oauth.is_some(),
+        },
         addressing: crate::addressing::Addressing {
             host_suffixes: cfg
                 .host_suffixes
@@ -372,7 +388,13 @@ async fn shard_main<D: Storage>(
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
     let mover = glommio::spawn_local(move_dead_letters(i, ctx.clone()));
     let _ = ready.send(Ok(i));
-    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large).await;
+    // Each core its own TLS config: rustls keeps a session cache behind a
+    // lock in it, and no lock is shared between cores.
+    let tls = match (&cfg.cert, &cfg.key) {
+        (Some(c), Some(k)) => Some(crate::tls::Identity::load(c, k)?.server_config()?),
+        _ => None,
+    };
+    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large, tls).await;
     drop(listener);
     // Long polls answer (empty) now, so their connections can drain; the
     // dead-letter mover stops (an unfinished move is retried after a restart).
@@ -529,6 +551,7 @@ async fn accept_until_stopped<D: Disk>(
     conns: &Rc<ConnCount>,
     reaper: &Rc<Reaper>,
     large: &Rc<LargeBodies>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) {
     loop {
         let accept = async { Some(listener.accept().await) };
@@ -549,17 +572,19 @@ async fn accept_until_stopped<D: Disk>(
                     .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
                 let _ = stream.set_nodelay(true);
                 let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
-                let conn = serve(
-                    stream,
-                    fd,
-                    peer,
-                    ctx.clone(),
-                    stop.clone(),
-                    conns.clone(),
-                    reaper.clone(),
-                    large.clone(),
-                );
-                glommio::spawn_local(conn).detach();
+                let (ctx, stop, conns, reaper, large) =
+                    (ctx.clone(), stop.clone(), conns.clone(), reaper.clone(), large.clone());
+                match &tls {
+                    None => {
+                        glommio::spawn_local(serve(stream, fd, peer, ctx, stop, conns, reaper, large)).detach();
+                    }
+                    Some(cfg) => match crate::tls::TlsStream::new(stream, cfg.clone()) {
+                        Ok(s) => {
+                            glommio::spawn_local(serve(s, fd, peer, ctx, stop, conns, reaper, large)).detach();
+                        }
+                        Err(e) => tracing::warn!(shard = i, "TLS session setup failed: {e}"),
+                    },
+                }
             }
             Some(Err(e)) => {
                 tracing::warn!(shard = i, "accept failed: {e}");

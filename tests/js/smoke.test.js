@@ -15,6 +15,10 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const bin = process.env.HEMATITE_BIN ?? join(root, "target", "debug", "hematite");
 const ACCOUNT = "devstoreaccount1";
 const KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+// HEMATITE_JS_TLS=1: the server serves HTTPS with the test certificate;
+// Node trusts its CA through NODE_EXTRA_CA_CERTS (set by tools/test-all).
+const tls = !["", "0", undefined].includes(process.env.HEMATITE_JS_TLS);
+const scheme = tls ? "https" : "http";
 let server, port, svc;
 
 function freePort() {
@@ -27,12 +31,14 @@ function freePort() {
 before(async () => {
   port = await freePort();
   const data = mkdtempSync(join(tmpdir(), "hematite-js-"));
-  server = spawn(bin, ["--addr", `127.0.0.1:${port}`, "--data-dir", data], { stdio: ["ignore", "pipe", "inherit"] });
+  const certs = join(root, "tests", "certs");
+  const tlsArgs = tls ? ["--cert", join(certs, "server.pem"), "--key", join(certs, "server.key")] : [];
+  server = spawn(bin, ["--addr", `127.0.0.1:${port}`, "--data-dir", data, ...tlsArgs], { stdio: ["ignore", "pipe", "inherit"] });
   await new Promise((resolve, reject) => {
     server.stdout.on("data", (d) => { if (d.toString().includes("hematite ready")) resolve(); });
     server.on("exit", (code) => reject(new Error(`hematite exited with ${code}`)));
   });
-  const cs = `DefaultEndpointsProtocol=http;AccountName=${ACCOUNT};AccountKey=${KEY};QueueEndpoint=http://127.0.0.1:${port}/${ACCOUNT};`;
+  const cs = `DefaultEndpointsProtocol=${scheme};AccountName=${ACCOUNT};AccountKey=${KEY};QueueEndpoint=${scheme}://127.0.0.1:${port}/${ACCOUNT};`;
   svc = QueueServiceClient.fromConnectionString(cs);
 });
 
@@ -98,7 +104,7 @@ test("account SAS", async () => {
     resourceTypes: AccountSASResourceTypes.parse("sco").toString(),
     services: AccountSASServices.parse("q").toString(),
   }, cred).toString();
-  const sasSvc = new QueueServiceClient(`http://127.0.0.1:${port}/${ACCOUNT}?${sas}`);
+  const sasSvc = new QueueServiceClient(`${scheme}://127.0.0.1:${port}/${ACCOUNT}?${sas}`);
   const q = sasSvc.getQueueClient("jsqueue4");
   await q.create();
   await q.sendMessage("via account sas");
@@ -110,6 +116,6 @@ test("account SAS", async () => {
 test("service properties and a wrong key", async () => {
   const props = await svc.getProperties();
   assert.equal(props.cors.length, 0);
-  const bad = new QueueServiceClient(`http://127.0.0.1:${port}/${ACCOUNT}`, new StorageSharedKeyCredential(ACCOUNT, Buffer.from("wrong key").toString("base64")));
+  const bad = new QueueServiceClient(`${scheme}://127.0.0.1:${port}/${ACCOUNT}`, new StorageSharedKeyCredential(ACCOUNT, Buffer.from("wrong key").toString("base64")));
   await assert.rejects(bad.getProperties(), (e) => e.statusCode === 403 && e.code === "AuthenticationFailed");
 });

@@ -32,7 +32,34 @@ KEY2 = base64.b64encode(b"the second key of the dev account").decode()
 OTHER = "otheraccount"
 OTHER_KEY = base64.b64encode(b"a key for another account, 32 b").decode()
 IN_MEMORY = os.environ.get("HEMATITE_PY_IN_MEMORY", "") not in ("", "0")
+# HEMATITE_PY_TLS=1: every server serves HTTPS with the test certificate
+# (tests/certs, signed by a test CA the SDKs are told to trust).
+TLS = os.environ.get("HEMATITE_PY_TLS", "") not in ("", "0")
+CERTS = ROOT / "tests" / "certs"
+CA = str(CERTS / "ca.pem")
+SCHEME = "https" if TLS else "http"
+if TLS:
+    # azure-core's default transport (requests) trusts this bundle.
+    os.environ["REQUESTS_CA_BUNDLE"] = CA
+plain_http_only = pytest.mark.skipif(TLS, reason="checks plain HTTP itself")
 needs_disk = pytest.mark.skipif(IN_MEMORY, reason="--in-memory keeps nothing on disk and nothing across a restart")
+
+
+def connection(port, timeout=10):
+    """An http.client connection to the server, over TLS when the suite runs so."""
+    if TLS:
+        import ssl
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ssl.create_default_context(cafile=CA))
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+
+def open_socket(port, timeout=10):
+    """A raw socket to the server (TLS-wrapped when the suite runs so)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if TLS:
+        import ssl
+        s = ssl.create_default_context(cafile=CA).wrap_socket(s, server_hostname="127.0.0.1")
+    return s
 
 
 def free_port():
@@ -56,6 +83,8 @@ class Server:
             self.data = data or tempfile.mkdtemp(prefix="hematite-test-")
             args += ["--data-dir", self.data]
         args += ["--account", f"{ACCOUNT}:{KEY}:{KEY2}", "--account", f"{OTHER}:{OTHER_KEY}"]
+        if TLS:
+            args += ["--cert", str(CERTS / "server.pem"), "--key", str(CERTS / "server.key")]
         args += list(extra_args)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -67,12 +96,12 @@ class Server:
 
     @property
     def endpoint(self):
-        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        return f"{SCHEME}://127.0.0.1:{self.port}/{ACCOUNT}"
 
     def conn_str(self, account=ACCOUNT, key=KEY):
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
-            f"QueueEndpoint=http://127.0.0.1:{self.port}/{account};"
+            f"DefaultEndpointsProtocol={SCHEME};AccountName={account};AccountKey={key};"
+            f"QueueEndpoint={SCHEME}://127.0.0.1:{self.port}/{account};"
         )
 
     def stop(self):
@@ -156,7 +185,7 @@ class Raw:
         if sign:
             signer = self.sign_lite if lite else self.sign
             headers["Authorization"] = signer(method, sign_path or path, query, headers)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn = connection(self.port)
         conn.request(method, path + ("?" + query if query else ""), body=body or None, headers=headers)
         resp = conn.getresponse()
         data = resp.read()

@@ -4,7 +4,6 @@ polling, dead-letter queues, and the batches sent through the SDK's own
 signed pipeline. Plus what only raw HTTP can show (a waiter whose
 connection closes)."""
 
-import socket
 import threading
 import time
 import uuid
@@ -12,7 +11,7 @@ import uuid
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.core.rest import HttpRequest
-from conftest import ACCOUNT, wait_until
+from conftest import ACCOUNT, open_socket, wait_until
 
 
 def other_queue(svc, **kw):
@@ -91,7 +90,7 @@ def test_a_waiter_whose_connection_closes_takes_no_message(server, queue, raw):
     headers = {"x-hematite-wait-seconds": "20", "x-ms-date": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime()),
                "x-ms-version": "2026-10-06"}
     headers["Authorization"] = raw.sign("GET", path, "", headers)
-    s = socket.create_connection(("127.0.0.1", server.port))
+    s = open_socket(server.port)
     head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
     s.sendall(head.encode())
     time.sleep(0.3)

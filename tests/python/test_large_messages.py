@@ -4,14 +4,13 @@ up to 1 MiB, answers one byte more as Azure answers a message over its limit
 (413 RequestBodyTooLarge, MaxLimit the configured size), and a Get stops at
 2 MiB of text. The default server keeps Azure's 64 KiB."""
 
-import socket
 from email.utils import formatdate
 
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import BinaryBase64DecodePolicy, BinaryBase64EncodePolicy, QueueServiceClient
 
-from conftest import Raw, Server
+from conftest import Raw, Server, open_socket
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -45,7 +44,7 @@ def head_only(port, path, length):
     headers["Authorization"] = raw.sign("POST", path, "", headers)
     head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    with open_socket(port) as sock:
         sock.sendall(head.encode())
         answer = b""
         while chunk := sock.recv(65536):

@@ -4,6 +4,7 @@ delete, metadata, list with paging, ACLs; names and metadata rules."""
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import AccessPolicy, QueueSasPermissions
+from conftest import SCHEME
 
 
 def code(e):
@@ -103,7 +104,7 @@ def test_list_queues_prefix_paging_and_metadata(svc):
 def test_list_queues_wire_shape_and_errors(raw):
     status, _, body = raw.request("GET", "/devstoreaccount1/", "comp=list&maxresults=1&prefix=zzzz-none")
     assert status == 200
-    assert '<EnumerationResults ServiceEndpoint="http://127.0.0.1:' in body
+    assert f'<EnumerationResults ServiceEndpoint="{SCHEME}://127.0.0.1:' in body
     assert "<Prefix>zzzz-none</Prefix><MaxResults>1</MaxResults><Queues /><NextMarker />" in body
     status, headers, body = raw.request("GET", "/devstoreaccount1/", "comp=list&maxresults=0")
     assert (status, headers["x-ms-error-code"]) == (400, "OutOfRangeQueryParameterValue")

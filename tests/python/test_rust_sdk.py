@@ -9,11 +9,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from azure.storage.queue import AccountSasPermissions, ResourceTypes, generate_account_sas
 
-from conftest import ACCOUNT, KEY, ROOT
+from conftest import ACCOUNT, KEY, ROOT, plain_http_only
 
 CHECK = pathlib.Path(os.environ.get("HEMATITE_RUST_SDK_CHECK", ROOT / "target" / "rust-sdk" / "debug" / "hematite-rust-sdk-check"))
 
 
+@plain_http_only
 @pytest.mark.skipif(not CHECK.exists(), reason="tests/rust-sdk is not built (tools/test-all builds it)")
 def test_rust_sdk_main_flows(server):
     sas = generate_account_sas(ACCOUNT, KEY, resource_types=ResourceTypes(container=True, object=True),

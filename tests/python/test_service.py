@@ -2,14 +2,13 @@
 secondary, CORS preflight and CORS headers, versions, common headers, and the
 development connection string."""
 
-import http.client
 import os
 
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import CorsRule, Metrics, QueueAnalyticsLogging, QueueServiceClient, RetentionPolicy
 
-from conftest import ACCOUNT, IN_MEMORY, KEY, Server
+from conftest import ACCOUNT, IN_MEMORY, KEY, Server, connection, plain_http_only
 
 
 def test_service_properties_round_trip(svc):
@@ -51,7 +50,7 @@ def test_service_stats_only_on_secondary(server, raw):
 
 
 def options(port, path, headers):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c = connection(port)
     c.request("OPTIONS", path, headers=headers)
     r = c.getresponse()
     r.read()
@@ -86,6 +85,7 @@ def test_common_headers_and_versions(raw):
     assert (status, headers["x-ms-error-code"]) == (400, "InvalidHeaderValue") and "<HeaderName>x-ms-version</HeaderName>" in body
 
 
+@plain_http_only
 def test_use_development_storage_on_the_default_port():
     import socket
     with socket.socket() as s:

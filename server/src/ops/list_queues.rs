@@ -83,18 +83,19 @@ impl Op for ListQueues {
         all.sort_by(|a, b| a.name.cmp(&b.name));
         let next = all.get(self.max).map(|q| format!("/{}/{}", t.account, q.name));
         all.truncate(self.max);
-        Ok(Response::new(200).xml(self.write(req, t, &all, next)))
+        let scheme = if ctx.security.https { "https" } else { "http" };
+        Ok(Response::new(200).xml(self.write(req, t, scheme, &all, next)))
     }
 }
 
 impl ListQueues {
     /// The `EnumerationResults` document.
-    fn write(&self, req: &Request, t: &Target, page: &[QueueListing], next: Option<String>) -> String {
+    fn write(&self, req: &Request, t: &Target, scheme: &str, page: &[QueueListing], next: Option<String>) -> String {
         let host = req.header("host").unwrap_or("127.0.0.1:10001");
         let endpoint = if t.raw_path.starts_with(&format!("/{}", t.account)) {
-            format!("http://{host}/{}", t.account)
+            format!("{scheme}://{host}/{}", t.account)
         } else {
-            format!("http://{host}/")
+            format!("{scheme}://{host}/")
         };
         let mut s = format!(
             "{DECL}<EnumerationResults ServiceEndpoint=\"{}\"><Prefix>{}</Prefix>",
