@@ -89,7 +89,12 @@ class Server:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if "hematite ready" not in line:
-            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            # No ready line: the process is exiting; its stderr says why.
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            err = self.proc.stderr.read()
             raise RuntimeError(f"hematite did not start: {line!r} {err}")
         self.ready_line = line
         assert ("in memory" in line) == IN_MEMORY, f"not the storage the suite asked for: {line!r}"
