@@ -362,6 +362,7 @@ mod tests {
                 limits: Default::default(),
                 addressing: Default::default(),
                 security: Default::default(),
+                tls: None,
             });
             let reaper = Rc::new(Reaper::default());
             let seen = Rc::new(Cell::new(None));

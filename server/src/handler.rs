@@ -27,6 +27,8 @@ pub struct Ctx<D: Disk = DmaDisk> {
     pub limits: crate::limits::ConnLimits,
     pub addressing: Addressing,
     pub security: Security,
+    /// This core's TLS configuration, when the server serves HTTPS.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// How requests reach this server: over TLS or not, and whether bearer

@@ -360,8 +360,15 @@ async fn shard_main<D: Storage>(
     let service = Rc::new(D::service_store(i, &cfg)?);
     let router = Router::join(mesh, shard.clone(), service, i, n).await;
     let listener = TcpListener::bind(cfg.addr).map_err(|e| format!("cannot listen on {}: {e}", cfg.addr))?;
+    // Each core its own TLS config: rustls keeps a session cache behind a
+    // lock in it, and no lock is shared between cores.
+    let tls = match (&cfg.cert, &cfg.key) {
+        (Some(c), Some(k)) => Some(crate::tls::Identity::load(c, k)?.server_config()?),
+        _ => None,
+    };
     let ctx = Rc::new(Ctx {
         router,
+        tls,
         accounts: Rc::new(accounts),
         limits: crate::limits::ConnLimits {
             max_connections: cfg.max_connections_per_core.max(1),
@@ -388,13 +395,7 @@ async fn shard_main<D: Storage>(
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
     let mover = glommio::spawn_local(move_dead_letters(i, ctx.clone()));
     let _ = ready.send(Ok(i));
-    // Each core its own TLS config: rustls keeps a session cache behind a
-    // lock in it, and no lock is shared between cores.
-    let tls = match (&cfg.cert, &cfg.key) {
-        (Some(c), Some(k)) => Some(crate::tls::Identity::load(c, k)?.server_config()?),
-        _ => None,
-    };
-    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large, tls).await;
+    accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large).await;
     drop(listener);
     // Long polls answer (empty) now, so their connections can drain; the
     // dead-letter mover stops (an unfinished move is retried after a restart).
@@ -551,7 +552,6 @@ async fn accept_until_stopped<D: Disk>(
     conns: &Rc<ConnCount>,
     reaper: &Rc<Reaper>,
     large: &Rc<LargeBodies>,
-    tls: Option<Arc<rustls::ServerConfig>>,
 ) {
     loop {
         let accept = async { Some(listener.accept().await) };
@@ -574,11 +574,11 @@ async fn accept_until_stopped<D: Disk>(
                 let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
                 let (ctx, stop, conns, reaper, large) =
                     (ctx.clone(), stop.clone(), conns.clone(), reaper.clone(), large.clone());
-                match &tls {
+                match &ctx.tls {
                     None => {
                         glommio::spawn_local(serve(stream, fd, peer, ctx, stop, conns, reaper, large)).detach();
                     }
-                    Some(cfg) => match crate::tls::TlsStream::new(stream, cfg.clone()) {
+                    Some(tls) => match crate::tls::TlsStream::new(stream, tls.clone()) {
                         Ok(s) => {
                             glommio::spawn_local(serve(s, fd, peer, ctx, stop, conns, reaper, large)).detach();
                         }

@@ -85,6 +85,7 @@ async fn new_world() -> World {
         limits: Default::default(),
         addressing: Default::default(),
         security: Default::default(),
+        tls: None,
     };
     World {
         ctx: Rc::new(ctx),
