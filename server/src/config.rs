@@ -18,6 +18,13 @@ pub enum SyncFlag {
     Uring,
 }
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// How bearer tokens are taken (`--oauth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OAuthFlag {
@@ -128,6 +135,20 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_DEAD_LETTER_LEASE_SECS", default_value_t = engine::limits::DEAD_LETTER_LEASE_SECS as u64,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub dead_letter_lease_secs: u64,
+
+    /// The admin address: /metrics (Prometheus), /healthz and /readyz
+    /// (docs/OPERATIONS.md). Keep it off the network clients use.
+    #[arg(long, env = "HEMATITE_ADMIN_ADDR", default_value = "127.0.0.1:10011")]
+    pub admin_addr: SocketAddr,
+
+    /// Log one line per request (method, path without signature or pop
+    /// receipt, operation, status, latency, shard), at info level.
+    #[arg(long, env = "HEMATITE_REQUEST_LOG")]
+    pub request_log: bool,
+
+    /// Log lines as text for people or JSON for machines.
+    #[arg(long, env = "HEMATITE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// Serve HTTPS on --addr with this PEM certificate chain (and --key).
     #[arg(long, env = "HEMATITE_CERT", requires = "key")]

@@ -165,6 +165,7 @@ struct Held(Rc<ConnCount>);
 impl Drop for Held {
     fn drop(&mut self) {
         self.0 .0.set(self.0 .0.get() - 1);
+        crate::metrics::connection_closed();
     }
 }
 
@@ -180,6 +181,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     large: Rc<LargeBodies>,
 ) {
     count.0.set(count.0.get().saturating_add(1));
+    crate::metrics::connection_opened();
     let _held = Held(count.clone());
     let mut r = Reader::new(stream).with_body_limit(ctx.limits.max_body_bytes, large);
     // Declared after the reader, so it is dropped first: the reaper must
@@ -363,6 +365,7 @@ mod tests {
                 addressing: Default::default(),
                 security: Default::default(),
                 tls: None,
+                request_log: false,
             });
             let reaper = Rc::new(Reaper::default());
             let seen = Rc::new(Cell::new(None));

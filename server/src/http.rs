@@ -106,6 +106,12 @@ impl Response {
         self
     }
 
+    /// A body as is (the caller sets its Content-Type).
+    pub fn body(mut self, body: Vec<u8>) -> Self {
+        self.body = body;
+        self
+    }
+
     pub fn xml(mut self, body: String) -> Self {
         self.headers.push(("Content-Type".into(), "application/xml".into()));
         self.body = body.into_bytes();

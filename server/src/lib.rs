@@ -21,6 +21,8 @@
 //! - [`xmlio`]: XML in and out; time formats.
 //! - [`error`]: Azure error responses.
 //! - [`limits`]: the server's hard limits.
+//! - [`metrics`]: per-core counters, merged into Prometheus text at a scrape.
+//! - [`admin`]: the admin address: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! # Ownership
 //! Every connection, and everything it touches, belongs to the core that
@@ -28,6 +30,7 @@
 //! cores reach it only by sending a `router::Job`.
 
 pub mod addressing;
+pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod conn;
@@ -35,6 +38,7 @@ pub mod error;
 pub mod handler;
 pub mod http;
 pub mod limits;
+pub mod metrics;
 pub mod oauth;
 pub mod ops;
 pub mod router;

@@ -115,6 +115,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Err(e) = shards.wait_ready(&sigs) {
         startup_failed(&e);
     }
+    shards.serving.store(true, Ordering::Relaxed);
     let data = if cfg.in_memory {
         "in memory: nothing survives a restart".to_string()
     } else {
@@ -184,6 +185,8 @@ fn block_stop_signals() -> libc::sigset_t {
 struct Shards {
     n: usize,
     stop: Arc<AtomicBool>,
+    /// Set once every shard serves: the admin address's readiness.
+    serving: Arc<AtomicBool>,
     handles: Vec<glommio::ExecutorJoinHandle<()>>,
     /// Each shard reports once it serves (or why it could not start).
     ready: mpsc::Receiver<Result<usize, String>>,
@@ -204,13 +207,14 @@ impl Shards {
         accounts: HashMap<String, Account>,
     ) -> Result<Shards, String> {
         let stop = Arc::new(AtomicBool::new(false));
+        let serving = Arc::new(AtomicBool::new(false));
         let (exit_tx, exits) = mpsc::channel::<(usize, bool)>();
         let (ready_tx, ready) = mpsc::channel::<Result<usize, String>>();
         let mesh = (n > 1).then(|| router::mesh::<D>(n));
         let heartbeats: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
-            let (cfg, stop, ready) = (cfg.clone(), stop.clone(), ready_tx.clone());
+            let (cfg, stop, ready, serving) = (cfg.clone(), stop.clone(), ready_tx.clone(), serving.clone());
             let beats = heartbeats.clone();
             // Cloned once per executor, before it starts: each executor joins
             // the mesh with its own copy of the builder.
@@ -227,7 +231,8 @@ impl Shards {
                 .spawn(move || async move {
                     let _exit = exit;
                     glommio::spawn_local(heartbeat(i, beats, stop.clone())).detach();
-                    if let Err(e) = shard_main::<D>(i, n, cfg, mesh, accounts, stop, ready.clone()).await {
+                    let flags = (stop, serving);
+                    if let Err(e) = shard_main::<D>(i, n, cfg, mesh, accounts, flags, ready.clone()).await {
                         let _ = ready.send(Err(format!("shard {i}: {e}")));
                     }
                 })
@@ -237,6 +242,7 @@ impl Shards {
         Ok(Shards {
             n,
             stop,
+            serving,
             handles,
             ready,
             exits,
@@ -353,9 +359,14 @@ async fn shard_main<D: Storage>(
     cfg: Config,
     mesh: Option<router::Mesh<D>>,
     accounts: HashMap<String, Account>,
-    stop: Arc<AtomicBool>,
+    (stop, serving): (Arc<AtomicBool>, Arc<AtomicBool>),
     ready: mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {
+    // Core 0 answers the admin address from the start, recovery included.
+    let admin = match i {
+        0 => start_admin::<D>(&cfg, serving, stop.clone()),
+        _ => None,
+    };
     let shard = open_shard::<D>(i, &cfg).await?;
     let service = Rc::new(D::service_store(i, &cfg)?);
     let router = Router::join(mesh, shard.clone(), service, i, n).await;
@@ -376,6 +387,7 @@ async fn shard_main<D: Storage>(
             request_timeout: Duration::from_secs(cfg.request_timeout_secs.max(1)),
             max_body_bytes: cfg.max_body_bytes(),
         },
+        request_log: cfg.request_log,
         security: crate::handler::Security {
             https: cfg.cert.is_some(),
             oauth: cfg.oauth.is_some(),
@@ -394,6 +406,9 @@ async fn shard_main<D: Storage>(
     let reaping = glommio::spawn_local(reaper.clone().run(stop.clone()));
     let maintenance = glommio::spawn_local(maintain(i, shard.clone(), stop.clone()));
     let mover = glommio::spawn_local(move_dead_letters(i, ctx.clone()));
+    if let Some((admin, _)) = &admin {
+        *admin.ctx.borrow_mut() = Some(ctx.clone());
+    }
     let _ = ready.send(Ok(i));
     accept_until_stopped(i, &listener, &ctx, &stop, &conns, &reaper, &large).await;
     drop(listener);
@@ -406,6 +421,9 @@ async fn shard_main<D: Storage>(
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     maintenance.await;
+    if let Some((_, serving)) = admin {
+        serving.await;
+    }
     // A move in progress finishes (engine steps are never abandoned
     // half-way); then `next_dead_letter` sees the stop and the mover ends.
     mover.await;
@@ -510,11 +528,39 @@ async fn open_shard<D: Storage>(i: usize, cfg: &Config) -> Result<Rc<Shard<D>>, 
 /// memory too: compaction is what frees the memory of deleted messages).
 async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
-        if let Err(e) = shard.maintenance().await {
-            tracing::error!(shard = i, "maintenance: {e}");
+        match shard.maintenance().await {
+            Ok(report) => crate::metrics::record_maintenance(&report),
+            Err(e) => tracing::error!(shard = i, "maintenance: {e}"),
         }
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
     }
+}
+
+/// Binds the admin address and serves it on this core (core 0). An
+/// address in use (a second server on one machine, say) does not stop the
+/// queue service: the error is logged, and that server has no admin
+/// address until restarted with another `--admin-addr`.
+fn start_admin<D: Disk>(
+    cfg: &Config,
+    serving: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> Option<(Rc<crate::admin::Admin<D>>, glommio::Task<()>)> {
+    let listener = match TcpListener::bind(cfg.admin_addr) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(
+                "cannot listen on the admin address {}: {e}; /metrics, /healthz and /readyz are off (--admin-addr)",
+                cfg.admin_addr
+            );
+            return None;
+        }
+    };
+    let admin = Rc::new(crate::admin::Admin {
+        ctx: std::cell::RefCell::new(None),
+        ready: serving,
+    });
+    let task = glommio::spawn_local(crate::admin::serve(listener, admin.clone(), stop));
+    Some((admin, task))
 }
 
 /// Moves the messages this core's Get Messages set aside to their

@@ -25,6 +25,17 @@ fn start(dir: &std::path::Path, port: u16, env: &[(&str, String)]) -> Child {
     proc::spawn_ready(cmd).expect("hematite starts")
 }
 
+/// A GET on the admin address; the whole answer.
+fn admin_get(port: u16, path: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 fn put(c: &mut Client, q: &str, text: &str) -> u16 {
     let body = client::message_xml(text);
     c.call(
@@ -41,9 +52,18 @@ fn put(c: &mut Client, q: &str, text: &str) -> u16 {
 fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let port = proc::free_port();
-    let mut server = start(dir.path(), port, &[("HEMATITE_FAULT_SYNC_AFTER", "40".into())]);
+    let admin = proc::free_port();
+    let mut server = start(
+        dir.path(),
+        port,
+        &[
+            ("HEMATITE_FAULT_SYNC_AFTER", "40".into()),
+            ("HEMATITE_ADMIN_ADDR", format!("127.0.0.1:{admin}")),
+        ],
+    );
     let mut c = Client::new(port);
     assert_eq!(c.call("PUT", "/devstoreaccount1/faultq", &[], b"").unwrap().status, 201);
+    assert!(admin_get(admin, "/readyz").starts_with("HTTP/1.1 200"));
     let mut acked = Vec::new();
     let mut failure = None;
     for i in 0..200 {
@@ -67,6 +87,16 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
         )
         .unwrap();
     assert_eq!((r.status, r.code()), (500, "InternalError"));
+    // The readiness probe says so, with the reason.
+    let ready = admin_get(admin, "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(ready.contains("shard 0 is poisoned"), "{ready}");
+    assert!(
+        admin_get(admin, "/healthz").starts_with("HTTP/1.1 200"),
+        "the process still answers"
+    );
+    let metrics = admin_get(admin, "/metrics");
+    assert!(metrics.contains("hematite_shard_poisoned{shard=\"0\"} 1"), "{metrics}");
     proc::kill9(&mut server);
     let mut err = String::new();
     server.stderr.take().unwrap().read_to_string(&mut err).unwrap();

@@ -1365,6 +1365,25 @@ impl<D: Disk> Shard<D> {
         (c.hits, c.misses, c.bytes())
     }
 
+    /// Queues and messages on this shard, and the `top` deepest queues as
+    /// (account, queue, approximate message count), deepest first: what the
+    /// operator's metrics show, bounded however many queues there are.
+    pub fn queue_depths(&self, top: usize) -> (u64, u64, Vec<(String, String, u64)>) {
+        let st = self.st.borrow();
+        let mut deepest: Vec<(String, String, u64)> = Vec::with_capacity(top.saturating_add(1));
+        let mut messages = 0u64;
+        for q in st.queues.values() {
+            let len = q.len() as u64;
+            messages = messages.saturating_add(len);
+            if deepest.len() < top || deepest.last().is_some_and(|d| d.2 < len) {
+                let at = deepest.partition_point(|d| d.2 >= len);
+                deepest.insert(at, (q.account.clone(), q.name.clone(), len));
+                deepest.truncate(top);
+            }
+        }
+        (st.queues.len() as u64, messages, deepest)
+    }
+
     /// Number of bodies in the cache.
     pub fn cache_len(&self) -> usize {
         self.cache.borrow().len()

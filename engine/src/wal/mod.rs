@@ -270,6 +270,11 @@ impl<D: Disk> Wal<D> {
         self.st.borrow().next_lsn - 1
     }
 
+    /// Why the log refuses writes, once an I/O failure poisoned it.
+    pub fn poisoned(&self) -> Option<String> {
+        self.st.borrow().poisoned.clone()
+    }
+
     /// What the group commits did since open.
     pub fn commit_stats(&self) -> CommitStats {
         self.st.borrow().stats.clone()

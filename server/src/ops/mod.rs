@@ -200,6 +200,33 @@ pub enum Operation {
     PutMessageBatch,
 }
 
+impl Operation {
+    /// The operation's name in metrics and the request log.
+    pub fn name(self) -> &'static str {
+        use Operation::*;
+        match self {
+            ListQueues => "list_queues",
+            GetServiceProperties => "get_service_properties",
+            SetServiceProperties => "set_service_properties",
+            GetServiceStats => "get_service_stats",
+            CreateQueue => "create_queue",
+            DeleteQueue => "delete_queue",
+            GetQueueMetadata => "get_queue_metadata",
+            SetQueueMetadata => "set_queue_metadata",
+            GetQueueAcl => "get_queue_acl",
+            SetQueueAcl => "set_queue_acl",
+            PutMessage => "put_message",
+            GetMessages => "get_messages",
+            PeekMessages => "peek_messages",
+            ClearMessages => "clear_messages",
+            DeleteMessage => "delete_message",
+            UpdateMessage => "update_message",
+            DeleteMessageBatch => "delete_message_batch",
+            PutMessageBatch => "put_message_batch",
+        }
+    }
+}
+
 fn bad_comp(comp: &str) -> ApiError {
     ApiError::invalid_query("comp", comp, "The comp value is not valid for this resource.")
 }

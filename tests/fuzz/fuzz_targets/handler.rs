@@ -86,6 +86,7 @@ async fn new_world() -> World {
         addressing: Default::default(),
         security: Default::default(),
         tls: None,
+        request_log: false,
     };
     World {
         ctx: Rc::new(ctx),
