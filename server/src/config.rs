@@ -6,6 +6,9 @@ use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// io_uring registered buffer memory per shard by default, in KiB.
+pub const DEFAULT_IO_MEMORY_KIB: usize = 1024;
+
 /// The emulator's well-known development account (Microsoft's "Use the Azurite emulator": devstoreaccount1 and its published key).
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
 pub const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
@@ -103,7 +106,7 @@ pub struct Config {
 
     /// io_uring registered buffer memory per shard, in KiB. Counts against
     /// `ulimit -l` (memlock).
-    #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = 1024)]
+    #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = DEFAULT_IO_MEMORY_KIB)]
     pub io_memory_kib: usize,
 
     /// Open connections per core; more are answered 503 ServerBusy and closed.

@@ -48,9 +48,16 @@ pub fn check_io_uring() -> Result<(), String> {
     Ok(())
 }
 
+/// Locked memory the executors need: each locks its rings (~512 KiB) plus
+/// its registered buffers.
+pub fn memlock_needed(shards: usize, io_memory_kib: usize) -> u64 {
+    (shards as u64)
+        .saturating_mul((io_memory_kib as u64).saturating_add(512))
+        .saturating_mul(1024)
+}
+
 pub fn check_memlock(shards: usize, io_memory_kib: usize) -> Result<(), String> {
-    // Each executor locks its rings (~512 KiB) plus its registered buffers.
-    let need = (shards * (io_memory_kib + 512) * 1024) as u64;
+    let need = memlock_needed(shards, io_memory_kib);
     // SAFETY: getrlimit fills a plain struct.
     let lim = unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();
@@ -190,5 +197,30 @@ pub fn raise_open_file_limit() {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// packaging/hematite.service's LimitMEMLOCK covers what check_memlock
+    /// asks of the largest server at the default io memory: the unit must
+    /// never make the server refuse to start.
+    #[test]
+    fn the_systemd_units_memlock_covers_the_startup_check() {
+        let unit = include_str!("../../packaging/hematite.service");
+        let limit = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitMEMLOCK="))
+            .expect("the unit sets LimitMEMLOCK");
+        let bytes: u64 = match limit.strip_suffix('M') {
+            Some(mib) => mib.parse::<u64>().unwrap() << 20,
+            None => panic!("LimitMEMLOCK={limit}: expected a value in M"),
+        };
+        let need = super::memlock_needed(256, crate::config::DEFAULT_IO_MEMORY_KIB);
+        assert!(
+            bytes >= need,
+            "LimitMEMLOCK={limit} is below the {need} bytes 256 shards need"
+        );
+        assert!(unit.contains("LimitNOFILE="), "the unit sets LimitNOFILE");
     }
 }
