@@ -420,14 +420,15 @@ struct MFacts {
     text: Reg<String>,
     /// Insertion time, from Put's answer or the first read showing it.
     inserted: Option<u64>,
-    /// (step the observation completed, dequeue count seen).
-    dq_obs: Vec<(u64, u64)>,
+    /// (steps the observation began and completed, dequeue count seen).
+    dq_obs: Vec<(u64, u64, u64)>,
     /// Dequeue counts acknowledged Gets handed out, with their spans.
     get_dqs: Vec<(u64, u64, u64)>,
     /// Of a copy: the movers' puts of it, which may each have made a fresh
     /// copy (its dequeue count back to the original's) if the previous
-    /// one was removed.
+    /// one was removed, and the lowest dequeue count any of them carried.
     puts: BTreeMap<u64, Span>,
+    put_dq: Option<u64>,
     /// Of an original: the movers' finishing deletes (not client removals).
     finishes: BTreeSet<u64>,
     /// Of an original: the step each receipt was answered at, and the moves
@@ -439,6 +440,8 @@ struct MFacts {
     /// Newest acknowledged receipt: version, step it was answered, the
     /// visibility it set, the receipt.
     newest: Option<(Ver, u64, u64, String)>,
+    /// The step the request that answered the newest receipt began.
+    newest_from: u64,
     /// Receipts answered 404 MessageNotFound, with the step.
     dead: BTreeMap<String, u64>,
     /// Updates, deletes and gets that returned this message.
@@ -460,10 +463,12 @@ impl MFacts {
             get_dqs: Vec::new(),
             receipts: BTreeMap::new(),
             newest: None,
+            newest_from: 0,
             dead: BTreeMap::new(),
             changers: BTreeMap::new(),
             refused: false,
             puts: BTreeMap::new(),
+            put_dq: None,
             finishes: BTreeSet::new(),
             answered: BTreeMap::new(),
             moved: Vec::new(),
@@ -510,7 +515,9 @@ struct Pending {
     /// The shard's recorded time floor when the request was issued.
     floor: u64,
     clock_epoch: u64,
-    newest_at_issue: Option<Ver>,
+    /// The newest receipt's version when the request was issued, and the
+    /// step the request that answered it began.
+    newest_at_issue: Option<(Ver, u64)>,
     dead_at_issue: bool,
 }
 
@@ -744,14 +751,14 @@ impl Checker {
                 if let Some(t) = text {
                     m.text.begin(id, t.clone(), step);
                 }
-                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                newest_at_issue = m.newest.as_ref().map(|n| (n.0, m.newest_from));
                 dead_at_issue = m.dead.contains_key(receipt);
             }
             Op::Delete { putno, receipt, .. } | Op::Guess { putno, receipt, .. } => {
                 let m = self.msgs.get_mut(putno).expect("known message");
                 m.changers.insert(id, (step, None));
                 m.presence.begin(id, false, step);
-                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                newest_at_issue = m.newest.as_ref().map(|n| (n.0, m.newest_from));
                 dead_at_issue = m.dead.contains_key(receipt);
             }
             Op::MovePut { q, putno, dl, .. } => {
@@ -769,6 +776,7 @@ impl Checker {
                 m.text.begin(id, dl.text.clone(), step);
                 m.changers.insert(id, (step, None));
                 m.puts.insert(id, (step, None));
+                m.put_dq = Some(m.put_dq.map_or(dl.dequeue_count, |d| d.min(dl.dequeue_count)));
             }
             Op::MoveFinish { putno, .. } => {
                 let m = self.msgs.get_mut(putno).expect("known message");
@@ -948,7 +956,7 @@ impl Checker {
         let qf = &self.queues[&m.q];
         // Once delivered, a message of a queue with a dead-letter queue may
         // be set aside by any Get, under a receipt no answer shows.
-        let aside = self.targets.contains_key(&m.q) && m.dq_obs.iter().any(|o| o.1 >= 1);
+        let aside = self.targets.contains_key(&m.q) && m.dq_obs.iter().any(|o| o.2 >= 1);
         !m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
             && !qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
             && !qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
@@ -1030,7 +1038,7 @@ impl Checker {
         if !m.text.allowed(s, c).contains(&dl.text) {
             bad.push(format!("took m{putno} with a text no acknowledged history allows"));
         }
-        let floor = self.dq_floor(putno, s);
+        let floor = self.dq_floor(putno, s, c);
         if dl.dequeue_count < floor.max(1) {
             bad.push(format!(
                 "took m{putno} with dequeue count {} although {floor} was seen (and a move needs one delivery)",
@@ -1046,16 +1054,19 @@ impl Checker {
         m.inserted.get_or_insert(dl.inserted_ms);
     }
 
-    /// The highest dequeue count seen of `mk` before step `s`. A copy's
-    /// count goes back to the original's when a mover puts a fresh copy
-    /// after the old one was removed: observations a possible re-put
-    /// separates from `s` do not count.
-    fn dq_floor(&self, mk: u64, s: u64) -> u64 {
+    /// The highest dequeue count seen of `mk` before a read over [s, c].
+    /// A copy's count goes back to the original's when a mover puts a
+    /// fresh copy after the old one was removed: observations a possible
+    /// re-put separates from the read (before its effect, so by `c`) do
+    /// not count.
+    fn dq_floor(&self, mk: u64, s: u64, c: u64) -> u64 {
         let m = &self.msgs[&mk];
+        // An observation took effect at or after the step it began: a
+        // re-put may follow it even if it completed later.
         m.dq_obs
             .iter()
-            .filter(|(d, _)| *d < s && !self.may_regen(m, *d, s))
-            .map(|(_, v)| *v)
+            .filter(|(b, d, _)| *d < s && !self.may_regen(m, *b, c))
+            .map(|(_, _, v)| *v)
             .max()
             .unwrap_or(0)
     }
@@ -1150,9 +1161,16 @@ impl Checker {
                 "{name} has text {shown:?}, which no acknowledged history allows"
             ));
         }
-        let floor = self.dq_floor(mk, s);
+        let floor = self.dq_floor(mk, s, c);
         if dq < floor || (strict_dq && dq <= floor) {
             bad.push(format!("{name} dequeue count went back: {dq} after {floor} was seen"));
+        }
+        // A copy starts with the count its original was moved with.
+        if m.put_dq.is_some_and(|d| dq < d || (strict_dq && dq <= d)) {
+            bad.push(format!(
+                "{name} shows dequeue count {dq}, below the {:?} its move carried",
+                m.put_dq
+            ));
         }
         for b in bad {
             self.violation(format!("{what}: {b}"));
@@ -1161,7 +1179,7 @@ impl Checker {
         let m = self.msgs.get_mut(&mk).expect("known");
         m.presence.observed(i1, true, s, c);
         m.text.observed(i2, text.to_string(), s, c);
-        m.dq_obs.push((c, dq));
+        m.dq_obs.push((s, c, dq));
     }
 
     /// A message shown by Get or Peek while it must be invisible.
@@ -1177,11 +1195,19 @@ impl Checker {
         }
     }
 
-    fn set_newest(&mut self, putno: u64, ver: Ver, receipt: &str, vis: u64, step: u64) {
+    fn set_newest(&mut self, putno: u64, ver: Ver, receipt: &str, vis: u64, (from, step): (u64, u64)) {
         let m = self.msgs.get_mut(&putno).expect("known");
         m.receipts.insert(receipt.to_string(), ver);
         m.answered.entry(receipt.to_string()).or_insert(step);
-        if m.newest.as_ref().is_none_or(|n| ver > n.0) {
+        // A re-put copy starts its versions again: if one may have been put
+        // since the newest receipt, which receipt is newest is unknown, and
+        // the rules that need it wait for the next one.
+        let regen = putno & COPY != 0 && self.may_regen(&self.msgs[&putno], self.msgs[&putno].newest_from, step);
+        let m = self.msgs.get_mut(&putno).expect("known");
+        if regen && m.newest.as_ref().is_some_and(|n| ver <= n.0) {
+            m.newest = None;
+        } else if m.newest.as_ref().is_none_or(|n| ver > n.0) {
+            m.newest_from = from;
             m.newest = Some((ver, step, vis, receipt.to_string()));
         }
     }
@@ -1363,8 +1389,8 @@ impl Checker {
                     m.inserted = Some(rc.inserted_ms);
                     m.presence.ack(id, c);
                     m.text.ack(id, c);
-                    m.dq_obs.push((c, 0));
-                    self.set_newest(*putno, (0, 0), &rc.pop_receipt, rc.visible_ms, c);
+                    m.dq_obs.push((s, c, 0));
+                    self.set_newest(*putno, (0, 0), &rc.pop_receipt, rc.visible_ms, (s, c));
                     self.observe_queue(q, s, c, &what, |v| v.is_some());
                     self.bump_time(&p);
                 }
@@ -1439,7 +1465,7 @@ impl Checker {
                         let m = self.msgs.get_mut(&mk).expect("known");
                         m.get_dqs.push((g.dequeue_count, s, c));
                         m.changers.insert(id, (s, Some(c)));
-                        self.set_newest(mk, (g.dequeue_count, 0), &g.pop_receipt, g.visible_ms, c);
+                        self.set_newest(mk, (g.dequeue_count, 0), &g.pop_receipt, g.visible_ms, (s, c));
                     }
                     self.bump_time(&p);
                 }
@@ -1494,7 +1520,7 @@ impl Checker {
                             .observed(i, true, s, c);
                         self.observe_queue(q, s, c, &what, |v| v.is_some());
                         if let Some((d, k)) = ver {
-                            self.set_newest(*putno, (d, k + 1), &u.pop_receipt, u.visible_ms, c);
+                            self.set_newest(*putno, (d, k + 1), &u.pop_receipt, u.visible_ms, (s, c));
                         }
                         self.bump_time(&p);
                     }
@@ -1540,17 +1566,16 @@ impl Checker {
                     self.captured(&dl, *shard, s, c, &what);
                 }
             }
-            (Op::MovePut { putno, dl, taken, .. }, Outcome::Unit(r)) => match r {
+            (Op::MovePut { putno, taken, .. }, Outcome::Unit(r)) => match r {
                 Ok(()) => {
                     self.msgs.get_mut(&base(*putno)).expect("known").moved.push((*taken, c));
                     // Present now: put, or already there (an earlier try of
                     // the move), or expired (then nothing was put, which
-                    // expiry explains). Its text may not be this one: a copy
-                    // already there keeps its own.
+                    // expiry explains). Its text and dequeue count may not
+                    // be this one's: a copy already there keeps its own.
                     let m = self.msgs.get_mut(putno).expect("known");
                     m.presence.ack(id, c);
                     m.text.indeterminate(id, c);
-                    m.dq_obs.push((c, dl.dequeue_count));
                     if let Some(ch) = m.changers.get_mut(&id) {
                         ch.1 = Some(c);
                     }
@@ -1582,8 +1607,10 @@ impl Checker {
     fn receipt_worked(&mut self, p: &Pending, putno: u64, receipt: &str, what: &str) {
         let m = &self.msgs[&putno];
         let ver = m.receipts.get(receipt).copied();
-        if let (Some(v), Some(newest)) = (ver, p.newest_at_issue) {
-            if v < newest {
+        if let (Some(v), Some((newest, from))) = (ver, p.newest_at_issue) {
+            // (Unless the receipt is a re-put copy's, whose versions start
+            // again.)
+            if v < newest && !self.may_regen(m, from, p.issue.max(from)) {
                 self.violation(format!(
                     "{what}: a stale pop receipt {v:?} worked although {newest:?} had been acknowledged"
                 ));
@@ -1693,7 +1720,7 @@ impl Checker {
                 let mut bad = Vec::new();
                 let name = label(putno);
                 if let (Some(v), Some(n)) = (m.receipts.get(&receipt), &m.newest) {
-                    if *v < n.0 {
+                    if *v < n.0 && !self.may_regen(m, m.newest_from, c) {
                         bad.push(format!(
                             "{what}: {name}'s current pop receipt is {v:?} although {:?} was acknowledged \
                              (a dequeue or update was lost)",
