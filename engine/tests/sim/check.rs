@@ -1428,8 +1428,8 @@ impl Checker {
                             self.limit_checked += 1;
                             if g.dequeue_count > k {
                                 self.violation(format!(
-                                    "{what}: {name} delivered a {}th time, though every state the queue's metadata \
-                                     could be in moves a message after at most {k} deliveries",
+                                    "{what}: {name} delivered with dequeue count {}, though every state the \
+                                     queue's metadata could be in moves a message after at most {k} deliveries",
                                     g.dequeue_count
                                 ));
                             }
