@@ -628,7 +628,7 @@ impl World {
     /// poison: their consumers never delete them (they update them
     /// instead), so they come back until they move.
     fn poison(&self, q: &QKey, putno: u64) -> bool {
-        putno % 2 == 0 && self.cfg.dlq_of(q).is_some()
+        putno.is_multiple_of(2) && self.cfg.dlq_of(q).is_some()
     }
 
     /// Metadata for Create Queue or Set Metadata of `q`: a queue that may

@@ -957,10 +957,11 @@ impl Checker {
         // Once delivered, a message of a queue with a dead-letter queue may
         // be set aside by any Get, under a receipt no answer shows.
         let aside = self.targets.contains_key(&m.q) && m.dq_obs.iter().any(|o| o.2 >= 1);
-        !m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
-            && !qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
-            && !qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
-            && !(aside && qf.aside.iter().any(|(id, (_, end))| *id != me && after(end)))
+        let touched = m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
+            || qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
+            || qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
+            || (aside && qf.aside.iter().any(|(id, (_, end))| *id != me && after(end)));
+        !touched
     }
 
     /// The most deliveries a Get over [s, c] may make of one message of
