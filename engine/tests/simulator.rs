@@ -13,18 +13,23 @@
 //!   (`SIM_VERBOSE=1` prints the trace as it runs).
 //! - `SIM_SEEDS=5000 SIM_START=1000`: that many seeds from that one.
 //! - `SIM_SECONDS=3600`: seeds from `SIM_START` until the time is up.
+//!
+//! Some runs give queues dead-letter queues, and a mover per shard does
+//! what the server's mover does (`server/src/runtime.rs`), one step at a
+//! time: take the next message set aside on its shard, put the copy on the
+//! shard owning the dead-letter queue, then delete the original.
 
 #[path = "sim/check.rs"]
 mod check;
 #[path = "sim/exec.rs"]
 mod exec;
 
-use check::{Checker, Meta, Op, Outcome, QKey};
+use check::{Checker, Meta, Op, Outcome, QKey, COPY};
 use engine::body_cache::ENTRY_OVERHEAD;
 use engine::disk::sim::{CrashMode, Faults, SimDisk};
 use engine::limits::{CLOCK_LEASE_MS, MIN_SEGMENT_BYTES};
 use engine::model::{Metadata, PopReceipt, SignedIdentifier};
-use engine::shard::ShardConfig;
+use engine::shard::{DeadLetter, ShardConfig};
 use engine::{ManualClock, Shard, StorageError};
 use exec::{Exec, Tag};
 use futures::executor::block_on;
@@ -89,6 +94,16 @@ struct Cfg {
     /// Closed-loop clients: each issues its next request the moment its
     /// answer arrives (tight put loops against a reader: defect 3).
     eager: bool,
+    /// Dead-letter queues: (queue, its dead-letter queue) as indexes into
+    /// `queues`, same account. A queue is a source or a target, never both.
+    /// Empty: the run has no dead-letter queues (and no movers).
+    redrive: Vec<(usize, usize)>,
+    /// `ShardConfig::dead_letter_lease_ms`: short, so moves cut short are
+    /// retried within the run.
+    lease_ms: u64,
+    /// Chance of a crash of the move's source or target shard right after
+    /// each mover step answered.
+    crash_after_move: f64,
 }
 
 impl Cfg {
@@ -132,8 +147,56 @@ impl Cfg {
             crash_after_answer: [0.0, 0.0, 0.02, 0.1][rng.gen_range(0..4)],
             crash_after_read: 0.0,
             eager: false,
+            redrive: Vec::new(),
+            lease_ms: engine::limits::DEAD_LETTER_LEASE_SECS as u64 * 1000,
+            crash_after_move: 0.0,
         }
     }
+
+    /// Draws which queues get a dead-letter queue (about 40% of runs).
+    fn draw_redrive(&mut self, rng: &mut StdRng) {
+        if !rng.gen_bool(0.4) {
+            return;
+        }
+        let n = self.queues.len();
+        let mut target = vec![false; n];
+        let mut source = vec![false; n];
+        for i in 0..n {
+            // Queue 0 is the hot one in `hot` runs: mostly a source, so
+            // messages reach their maximum dequeue count often.
+            if target[i] || !rng.gen_bool(if i == 0 { 0.9 } else { 0.6 }) {
+                continue;
+            }
+            let same: Vec<usize> = (0..n)
+                .filter(|&j| j != i && !source[j] && self.queues[j].0 == self.queues[i].0)
+                .collect();
+            if same.is_empty() {
+                continue;
+            }
+            let j = same[rng.gen_range(0..same.len())];
+            source[i] = true;
+            target[j] = true;
+            self.redrive.push((i, j));
+        }
+        self.lease_ms = [1_000, 3_000, 15_000][rng.gen_range(0..3)];
+        self.crash_after_move = [0.0, 0.05, 0.2][rng.gen_range(0..3)];
+    }
+
+    /// The dead-letter queue `q` may be given, if any.
+    fn dlq_of(&self, q: &QKey) -> Option<&QKey> {
+        self.redrive
+            .iter()
+            .find(|(i, _)| self.queues[*i] == *q)
+            .map(|(_, j)| &self.queues[*j])
+    }
+}
+
+/// A shard's dead-letter mover: at most one step in flight, and the move
+/// it is in the middle of.
+#[derive(Default)]
+struct Mover {
+    busy: bool,
+    dl: Option<DeadLetter>,
 }
 
 struct Slot {
@@ -160,6 +223,24 @@ pub struct Stats {
     maintenance: u64,
     /// The most polls any request needed.
     max_polls: u64,
+    /// Dead-letter movers: steps issued, messages taken (step 1), copies put
+    /// (step 2 answered Ok), moves finished (step 3 answered Ok).
+    move_steps: u64,
+    moves_taken: u64,
+    moves_put: u64,
+    moves_done: u64,
+    /// Crashes of a move's source or target shard while a mover was in
+    /// the middle of that move, and mover steps a crash cut short.
+    move_crashes: u64,
+    move_steps_cut: u64,
+    /// Dead-letter copies shown by reads and recoveries; messages handed
+    /// out under a certain maximum dequeue count (the limit was checked).
+    copies_seen: u64,
+    limit_checked: u64,
+    /// Over several seeds: how many moved a message, and how many crashed
+    /// in the middle of a move.
+    seeds_moved: u64,
+    seeds_move_crash: u64,
 }
 
 /// A maintenance run that finished: its shard and result.
@@ -193,6 +274,14 @@ struct World {
     verbose: bool,
     stats: Stats,
     clients_on: bool,
+    /// One dead-letter mover per shard, and its steps in flight: op id ->
+    /// (mover, the step, the step it was issued at).
+    movers: Vec<Mover>,
+    move_ops: BTreeMap<u64, (usize, Op, u64)>,
+    move_done: Rc<RefCell<Vec<(u64, Outcome)>>>,
+    /// The movers' own stream, so runs without dead-letter queues draw
+    /// exactly what they drew before movers existed.
+    mrng: StdRng,
 }
 
 fn text_of(rng: &mut StdRng, prefix: String, big: bool, tiny: bool) -> String {
@@ -276,6 +365,12 @@ async fn run_op(s: Rc<Shard<SimDisk>>, op: Op) -> Outcome {
             Outcome::Unit(s.delete_message(&q.0, &q.1, &id.to_string(), &receipt).await)
         }
         Op::Clear { q } => Outcome::Unit(s.clear_messages(&q.0, &q.1).await),
+        // The mover's steps, as server/src/runtime.rs takes them; step 1
+        // does not wait for a move (the scheduler would call that a
+        // deadlock), the mover asks again later instead.
+        Op::MoveNext { .. } => Outcome::Next(s.try_next_dead_letter().await),
+        Op::MovePut { dl, .. } => Outcome::Unit(s.put_dead_letter(&dl).await),
+        Op::MoveFinish { dl, .. } => Outcome::Unit(s.finish_dead_letter(&dl).await),
     }
 }
 
@@ -288,6 +383,7 @@ impl World {
         let mut knobs = StdRng::seed_from_u64(seed ^ 0x6b6e_6f62_7321);
         cfg.crash_after_read = [0.0, 0.0, 0.1, 0.3][knobs.gen_range(0..4)];
         cfg.eager = knobs.gen_bool(0.3);
+        cfg.draw_redrive(&mut knobs);
         let clock = Rc::new(ManualClock::new(T0));
         let mut w = World {
             seed,
@@ -309,7 +405,19 @@ impl World {
             verbose,
             stats: Stats::default(),
             clients_on: true,
+            movers: Vec::new(),
+            move_ops: BTreeMap::new(),
+            move_done: Rc::default(),
+            mrng: StdRng::seed_from_u64(seed ^ 0x6d6f_7665_7273),
         };
+        let targets = w
+            .cfg
+            .redrive
+            .iter()
+            .map(|&(i, j)| (w.cfg.queues[i].clone(), w.cfg.queues[j].clone()))
+            .collect();
+        w.check.set_targets(targets);
+        w.movers = (0..w.cfg.shards).map(|_| Mover::default()).collect();
         w.event(format!("seed {seed}: {:?}", w.cfg));
         for i in 0..w.cfg.shards {
             let disk = SimDisk::with_sectors(w.cfg.sectors.0, w.cfg.sectors.1);
@@ -333,6 +441,7 @@ impl World {
         c.segment_bytes = self.cfg.segment_bytes;
         c.body_cache_bytes = self.cfg.cache_bytes;
         c.rng_seed = Some(self.seed ^ ((i as u64) << 48) ^ (restarts << 32));
+        c.dead_letter_lease_ms = self.cfg.lease_ms;
         c
     }
 
@@ -372,6 +481,12 @@ impl World {
             // Create, list and delete queues much more often.
             r = [70, 90, 99, 99][self.rng.gen_range(0..4)];
         }
+        if self.cfg.dlq_of(&q).is_some() && (r >= 95 || (44..=51).contains(&r)) && self.rng.gen_bool(0.6) {
+            // Fewer clears, queue deletions and peeks, more Gets: messages
+            // of a queue with a dead-letter queue live long enough to reach
+            // their maximum dequeue count.
+            r = 30;
+        }
         let op = match r {
             0..=29 => {
                 let putno = self.next_put;
@@ -401,6 +516,14 @@ impl World {
                     ttl,
                 }
             }
+            // A consumer of a queue with a dead-letter queue mostly fails
+            // fast: its messages come back within seconds, and reach their
+            // maximum dequeue count within the run.
+            30..=43 if self.cfg.dlq_of(&q).is_some() && self.rng.gen_bool(0.7) => Op::Get {
+                q,
+                n: self.rng.gen_range(1..=32),
+                vt: self.rng.gen_range(1..4),
+            },
             30..=43 => Op::Get {
                 q,
                 n: self.rng.gen_range(1..=32),
@@ -436,13 +559,17 @@ impl World {
                         id,
                         receipt: PopReceipt { nonce, seq }.encode(),
                     }
-                } else if r < 61 {
+                } else if r < 61 && !self.poison(&q, putno) {
                     Op::Delete { q, putno, id, receipt }
                 } else {
-                    let text = self
-                        .rng
-                        .gen_bool(0.4)
-                        .then(|| text_of(&mut self.rng, format!("m{putno}:u"), false, self.cfg.tiny_bodies));
+                    let text = self.rng.gen_bool(0.4).then(|| {
+                        text_of(
+                            &mut self.rng,
+                            format!("m{}:u", check::base(putno)),
+                            false,
+                            self.cfg.tiny_bodies,
+                        )
+                    });
                     Op::Update {
                         q,
                         putno,
@@ -453,14 +580,14 @@ impl World {
                     }
                 }
             }
-            70..=77 => Op::CreateQueue {
-                q,
-                meta: meta_choice(&mut self.rng),
-            },
-            78..=80 => Op::SetMeta {
-                q,
-                meta: meta_choice(&mut self.rng),
-            },
+            70..=77 => {
+                let meta = self.meta_for(&q);
+                Op::CreateQueue { q, meta }
+            }
+            78..=80 => {
+                let meta = self.meta_for(&q);
+                Op::SetMeta { q, meta }
+            }
             81..=84 => Op::GetProps { q },
             85..=86 => Op::SetAcl {
                 q,
@@ -495,6 +622,28 @@ impl World {
             _ => Op::DeleteQueue { q },
         };
         Some((op, shard))
+    }
+
+    /// Half the messages of a queue that may have a dead-letter queue are
+    /// poison: their consumers never delete them (they update them
+    /// instead), so they come back until they move.
+    fn poison(&self, q: &QKey, putno: u64) -> bool {
+        putno.is_multiple_of(2) && self.cfg.dlq_of(q).is_some()
+    }
+
+    /// Metadata for Create Queue or Set Metadata of `q`: a queue that may
+    /// have a dead-letter queue mostly gets one, with a small maximum
+    /// dequeue count, so moves happen often.
+    fn meta_for(&mut self, q: &QKey) -> Meta {
+        let mut meta = meta_choice(&mut self.rng);
+        if let Some(dlq) = self.cfg.dlq_of(q).cloned() {
+            if self.rng.gen_bool(0.8) {
+                let k: u64 = [1, 1, 2, 3][self.rng.gen_range(0..4)];
+                meta.push(("hematite_max_dequeue_count".into(), k.to_string()));
+                meta.push(("hematite_dead_letter_queue".into(), dlq.1));
+            }
+        }
+        meta
     }
 
     fn spawn_client_op(&mut self) {
@@ -544,7 +693,16 @@ impl World {
             self.event(format!("{} #{id} -> {}", self.step, out.brief()));
             let poisoned = matches!(&out, Outcome::Unit(Err(engine::QueueError::Internal { .. })))
                 || format!("{out:?}").contains("Poisoned");
+            let got = matches!(&out, Outcome::Got(Ok(_)));
             self.check.complete(id, out, self.step);
+            // A Get may have set messages aside: the server's mover wakes
+            // then (the shard notifies it), so this one looks now.
+            if got && self.clients_on && !self.cfg.redrive.is_empty() {
+                let m = &self.movers[shard];
+                if !m.busy && m.dl.is_none() {
+                    self.spawn_move(shard, shard, Op::MoveNext { shard });
+                }
+            }
             let p = if read {
                 self.cfg.crash_after_answer.max(self.cfg.crash_after_read)
             } else {
@@ -558,6 +716,10 @@ impl World {
                 let after = self.rng.gen_range(1..300);
                 self.slots[shard].restart_due = Some(self.step + after);
             }
+        }
+        let moved: Vec<(u64, Outcome)> = self.move_done.borrow_mut().drain(..).collect();
+        for (id, out) in moved {
+            self.move_answered(id, out);
         }
         let maint: Vec<_> = self.maint_done.borrow_mut().drain(..).collect();
         for (shard, r) in maint {
@@ -580,6 +742,109 @@ impl World {
                     self.slots[shard].restart_due = Some(self.step + 50);
                 }
             }
+        }
+    }
+
+    // ----- dead-letter movers -----
+
+    /// Issues one step of mover `mover` on `shard`.
+    fn spawn_move(&mut self, mover: usize, shard: usize, op: Op) {
+        let slot = &self.slots[shard];
+        if slot.dead {
+            // Down for good: the move is dropped, as the server's mover
+            // drops a failed one (the message's lease runs out).
+            self.movers[mover].dl = None;
+            return;
+        }
+        let sh = slot.shard.clone().expect("a live slot has a shard");
+        let id = self.next_op;
+        self.next_op += 1;
+        self.stats.move_steps += 1;
+        self.event(format!("{} mover{mover} #{id} {}", self.step, op.brief()));
+        self.check.issue(id, op.clone(), shard, self.step);
+        self.movers[mover].busy = true;
+        self.move_ops.insert(id, (mover, op.clone(), self.step));
+        let done = self.move_done.clone();
+        self.exec.spawn(
+            Tag { shard, op: Some(id) },
+            Box::pin(async move {
+                let out = run_op(sh, op).await;
+                done.borrow_mut().push((id, out));
+            }),
+        );
+    }
+
+    /// A mover step answered: judge it, then take the next step as the
+    /// server's mover does (a failed step drops the move; the message's
+    /// lease runs out and a later Get sets it aside again).
+    fn move_answered(&mut self, id: u64, out: Outcome) {
+        let (mover, op, issued) = self.move_ops.remove(&id).expect("in flight");
+        self.movers[mover].busy = false;
+        self.event(format!("{} #{id} -> {}", self.step, out.brief()));
+        let poisoned = matches!(&out, Outcome::Unit(Err(engine::QueueError::Internal { .. })));
+        let next = match (&op, &out) {
+            (Op::MoveNext { .. }, Outcome::Next(Some(dl))) => {
+                self.stats.moves_taken += 1;
+                // A text no client wrote is the checker's to report.
+                check::parse_putno(&dl.text)
+                    .filter(|&n| self.check.knows(n))
+                    .map(|putno| Op::MovePut {
+                        q: (dl.account.clone(), dl.to.clone()),
+                        putno: putno | COPY,
+                        dl: dl.clone(),
+                        taken: issued,
+                    })
+            }
+            (Op::MovePut { putno, dl, .. }, Outcome::Unit(Ok(()))) => {
+                self.stats.moves_put += 1;
+                Some(Op::MoveFinish {
+                    q: (dl.account.clone(), dl.from.clone()),
+                    putno: check::base(*putno),
+                    dl: dl.clone(),
+                })
+            }
+            (Op::MoveFinish { .. }, Outcome::Unit(Ok(()))) => {
+                self.stats.moves_done += 1;
+                None
+            }
+            _ => None,
+        };
+        let ran_on = match &op {
+            Op::MoveNext { shard } => *shard,
+            Op::MovePut { q, .. } | Op::MoveFinish { q, .. } => owner(&q.0, &q.1, self.cfg.shards),
+            _ => unreachable!("a mover step"),
+        };
+        self.check.complete(id, out, self.step);
+        // Crash the move's source or target right after the step: between
+        // the steps is where a move is most fragile.
+        let involved: Vec<usize> = match (&op, &next) {
+            (_, Some(Op::MovePut { q, .. })) => vec![ran_on, owner(&q.0, &q.1, self.cfg.shards)],
+            (Op::MovePut { dl, .. }, _) => vec![ran_on, owner(&dl.account, &dl.from, self.cfg.shards)],
+            _ => vec![ran_on],
+        };
+        let moving = !matches!(op, Op::MoveNext { .. }) || next.is_some();
+        if moving && self.cfg.crash_after_move > 0.0 && self.mrng.gen_bool(self.cfg.crash_after_move) {
+            let s = involved[self.mrng.gen_range(0..involved.len())];
+            if self.slots[s].restart_due.is_none() {
+                self.slots[s].restart_due = Some(self.step);
+            }
+        }
+        if poisoned && self.slots[ran_on].restart_due.is_none() {
+            let after = self.rng.gen_range(1..300);
+            self.slots[ran_on].restart_due = Some(self.step + after);
+        }
+        match next {
+            Some(op) => {
+                let shard = match &op {
+                    Op::MovePut { q, .. } | Op::MoveFinish { q, .. } => owner(&q.0, &q.1, self.cfg.shards),
+                    _ => unreachable!("a mover step"),
+                };
+                if let Op::MovePut { dl, .. } = &op {
+                    self.movers[mover].dl = Some(dl.clone());
+                }
+                self.spawn_move(mover, shard, op);
+            }
+            None => self.movers[mover].dl = None,
         }
     }
 
@@ -739,7 +1004,24 @@ impl World {
             return;
         }
         self.stats.crashes += 1;
+        let cfg = &self.cfg;
+        let in_move = self.movers.iter().any(|m| {
+            m.dl.as_ref().is_some_and(|dl| {
+                owner(&dl.account, &dl.from, cfg.shards) == shard || owner(&dl.account, &dl.to, cfg.shards) == shard
+            })
+        });
+        if in_move {
+            self.stats.move_crashes += 1;
+        }
         for op in self.exec.cancel_shard(shard).into_iter().flatten() {
+            if let Some((mover, _, _)) = self.move_ops.remove(&op) {
+                // The mover's step was cut short: the move is dropped (its
+                // message stays hidden until the lease runs out).
+                self.movers[mover] = Mover::default();
+                self.stats.move_steps_cut += 1;
+                self.check.indeterminate(op, self.step);
+                continue;
+            }
             let (client, _, _, _) = self.inflight.remove(&op).expect("in flight");
             self.clients[client] = None;
             self.check.indeterminate(op, self.step);
@@ -928,6 +1210,12 @@ impl World {
         } else {
             self.exec.step(&mut self.rng)
         };
+        if clients_on && !self.cfg.redrive.is_empty() && self.mrng.gen_bool(0.05) {
+            let s = self.mrng.gen_range(0..self.cfg.shards);
+            if !self.movers[s].busy && self.movers[s].dl.is_none() {
+                self.spawn_move(s, s, Op::MoveNext { shard: s });
+            }
+        }
         if polled {
             self.collect();
         }
@@ -967,11 +1255,16 @@ impl World {
             for s in 0..self.slots.len() {
                 self.restart(s, true);
             }
+            self.check.final_drain(self.step);
         }
         self.stats.steps = self.step;
         self.stats.acked = self.check.acked;
         self.stats.indeterminate = self.check.indeterminate;
         self.stats.errors = self.check.errors;
+        self.stats.copies_seen = self.check.copies_seen;
+        self.stats.limit_checked = self.check.limit_checked;
+        self.stats.seeds_moved = u64::from(self.stats.moves_done > 0);
+        self.stats.seeds_move_crash = u64::from(self.stats.move_crashes > 0);
         let digest = self.digest.finish();
         if self.check.violations.is_empty() {
             Ok((self.stats, digest))
@@ -1060,6 +1353,16 @@ fn simulation() {
                 total.refusals += st.refusals;
                 total.maintenance += st.maintenance;
                 total.max_polls = total.max_polls.max(st.max_polls);
+                total.move_steps += st.move_steps;
+                total.moves_taken += st.moves_taken;
+                total.moves_put += st.moves_put;
+                total.moves_done += st.moves_done;
+                total.move_crashes += st.move_crashes;
+                total.move_steps_cut += st.move_steps_cut;
+                total.copies_seen += st.copies_seen;
+                total.limit_checked += st.limit_checked;
+                total.seeds_moved += st.seeds_moved;
+                total.seeds_move_crash += st.seeds_move_crash;
             }
             Err(f) => {
                 eprintln!("{}", report(&f));

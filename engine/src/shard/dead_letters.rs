@@ -92,17 +92,30 @@ impl<D: Disk> Shard<D> {
     /// or changed receipt since are skipped. `None` once the shard stops.
     pub async fn next_dead_letter(&self) -> Option<DeadLetter> {
         loop {
+            if let Some(dl) = self.try_next_dead_letter().await {
+                return Some(dl);
+            }
             if self.waiters.closed() {
                 return None;
             }
-            let next = self.dead.borrow_mut().pop_front();
-            let Some(p) = next else {
-                let listener = self.dead_ready.listen();
-                if self.dead.borrow().is_empty() && !self.waiters.closed() {
-                    listener.await;
-                }
-                continue;
-            };
+            let listener = self.dead_ready.listen();
+            if self.dead.borrow().is_empty() && !self.waiters.closed() {
+                listener.await;
+            }
+        }
+    }
+
+    /// [`Shard::next_dead_letter`] without the wait: `None` at once when no
+    /// move is pending (or the shard stops). For a caller that must not
+    /// park on the shard's event, such as the deterministic simulator,
+    /// whose scheduler takes a task that waits with nothing to wake it for
+    /// a deadlock.
+    pub async fn try_next_dead_letter(&self) -> Option<DeadLetter> {
+        loop {
+            if self.waiters.closed() {
+                return None;
+            }
+            let p = self.dead.borrow_mut().pop_front()?;
             let Some((dl, src)) = self.capture_dead_letter(&p) else {
                 continue;
             };

@@ -18,10 +18,25 @@
 //! count, 0), an Update's (d, k + 1) for the (d, k) it consumed. A receipt
 //! older than the newest acknowledged one must never work again; the newest
 //! must work while nothing else could have touched the message.
+//!
+//! Dead-letter queues: the simulator's movers are clients too, and their
+//! three steps are operations here (`MoveNext`, `MovePut`, `MoveFinish`).
+//! A message moved to its queue's dead-letter queue is two messages to the
+//! checker: the original (key `putno`) and its copy (key `putno | COPY`),
+//! each with its own registers, so "in transit" is simply a state where
+//! either, both or (only if a client removed it) neither is present. A
+//! put of the copy is an acknowledged write of "present"; the finishing
+//! delete of the original is a write of "absent" that may not have
+//! happened (it does nothing if the move was superseded). The copy's
+//! dequeue count may go back, and a count may be handed out twice, only
+//! across a put that may have made a fresh copy after the old one may
+//! have been removed: the one duplicate the design allows.
 
+use engine::attributes::QueueAttributes;
 use engine::model::{Metadata, SignedIdentifier};
 use engine::shard::{
-    Created, PeekedMessage, PutReceipt, QueueDump, QueueListing, QueueProperties, ReceivedMessage, UpdateReceipt,
+    Created, DeadLetter, PeekedMessage, PutReceipt, QueueDump, QueueListing, QueueProperties, ReceivedMessage,
+    UpdateReceipt,
 };
 use engine::QueueError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -30,6 +45,25 @@ use uuid::Uuid;
 pub type QKey = (String, String);
 pub type Meta = Vec<(String, String)>;
 pub type Acl = Vec<SignedIdentifier>;
+
+/// Set in the key of a message's dead-letter copy (`putno | COPY`); client
+/// puts are numbered far below it.
+pub const COPY: u64 = 1 << 62;
+
+/// The put a message key belongs to (the original's key).
+pub fn base(mk: u64) -> u64 {
+    mk & !COPY
+}
+
+/// How violations and the trace name a message: `m7`, or `m7'` for its
+/// dead-letter copy.
+pub fn label(mk: u64) -> String {
+    if mk & COPY != 0 {
+        format!("m{}'", base(mk))
+    } else {
+        format!("m{mk}")
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -101,6 +135,26 @@ pub enum Op {
     Clear {
         q: QKey,
     },
+    /// A mover's step 1: the next message set aside on `shard`, if any
+    /// (`Shard::try_next_dead_letter`).
+    MoveNext {
+        shard: usize,
+    },
+    /// Step 2: the copy `putno` (a `COPY` key) put into the dead-letter
+    /// queue `q`, for the message a `MoveNext` issued at step `taken` took.
+    MovePut {
+        q: QKey,
+        putno: u64,
+        dl: DeadLetter,
+        taken: u64,
+    },
+    /// Step 3: the original `putno` deleted from its queue `q` if it still
+    /// holds the receipt it was set aside with.
+    MoveFinish {
+        q: QKey,
+        putno: u64,
+        dl: DeadLetter,
+    },
 }
 
 impl Op {
@@ -113,8 +167,8 @@ impl Op {
             GetAcl { q } | Put { q, .. } | Get { q, .. } | Peek { q, .. } | Update { q, .. } | Delete { q, .. } => {
                 Some(q)
             }
-            Guess { q, .. } | Clear { q } => Some(q),
-            List { .. } => None,
+            Guess { q, .. } | Clear { q } | MovePut { q, .. } | MoveFinish { q, .. } => Some(q),
+            List { .. } | MoveNext { .. } => None,
         }
     }
 
@@ -144,15 +198,32 @@ impl Op {
                 text,
                 vt,
                 ttl,
-            } => format!("put {}/{} m{putno} len={} vt={vt} ttl={ttl}", q.0, q.1, text.len()),
+            } => format!(
+                "put {}/{} {} len={} vt={vt} ttl={ttl}",
+                q.0,
+                q.1,
+                label(*putno),
+                text.len()
+            ),
             Get { q, n, vt } => format!("get {}/{} n={n} vt={vt}", q.0, q.1),
             Peek { q, n } => format!("peek {}/{} n={n}", q.0, q.1),
             Update { q, putno, vt, text, .. } => {
-                format!("update {}/{} m{putno} vt={vt} text={}", q.0, q.1, text.is_some())
+                format!(
+                    "update {}/{} {} vt={vt} text={}",
+                    q.0,
+                    q.1,
+                    label(*putno),
+                    text.is_some()
+                )
             }
-            Delete { q, putno, .. } => format!("delete {}/{} m{putno}", q.0, q.1),
-            Guess { q, putno, .. } => format!("guess-delete {}/{} m{putno}", q.0, q.1),
+            Delete { q, putno, .. } => format!("delete {}/{} {}", q.0, q.1, label(*putno)),
+            Guess { q, putno, .. } => format!("guess-delete {}/{} {}", q.0, q.1, label(*putno)),
             Clear { q } => format!("clear {}/{}", q.0, q.1),
+            MoveNext { shard } => format!("move-next s{shard}"),
+            MovePut { q, putno, dl, .. } => {
+                format!("move-put {}/{} {} dq={}", q.0, q.1, label(*putno), dl.dequeue_count)
+            }
+            MoveFinish { q, putno, .. } => format!("move-finish {}/{} {}", q.0, q.1, label(*putno)),
         }
     }
 }
@@ -168,6 +239,8 @@ pub enum Outcome {
     Got(Result<Vec<ReceivedMessage>, QueueError>),
     Peeked(Result<Vec<PeekedMessage>, QueueError>),
     Updated(Result<UpdateReceipt, QueueError>),
+    /// A mover's step 1: never an error (a failed read skips the move).
+    Next(Option<DeadLetter>),
 }
 
 impl Outcome {
@@ -198,6 +271,14 @@ impl Outcome {
                 Outcome::Peeked(Ok(v)) => format!("ok {} msgs", v.len()),
                 Outcome::List(Ok((v, more))) => format!("ok {} queues more={more}", v.len()),
                 Outcome::Created(Ok(c)) => format!("ok {c:?}"),
+                Outcome::Next(Some(dl)) => format!(
+                    "ok {} {}->{} dq={}",
+                    parse_putno(&dl.text).map_or("?".into(), label),
+                    dl.from,
+                    dl.to,
+                    dl.dequeue_count
+                ),
+                Outcome::Next(None) => "none".into(),
                 _ => "ok".into(),
             },
         }
@@ -321,6 +402,11 @@ struct QFacts {
     clears: BTreeMap<u64, W<bool>>,
     /// Gets whose answer is unknown (in flight, or cancelled/failed).
     gets: BTreeMap<u64, Span>,
+    /// Answered Gets of a queue that may have a dead-letter queue: each may
+    /// have set aside, under a receipt no client saw, a message it did not
+    /// return.
+    aside: BTreeMap<u64, Span>,
+    /// Message keys: client puts, and dead-letter copies moved here.
     msgs: BTreeSet<u64>,
 }
 
@@ -332,13 +418,30 @@ struct MFacts {
     ttl: i64,
     presence: Reg<bool>,
     text: Reg<String>,
-    /// (step the observation completed, dequeue count seen).
-    dq_obs: Vec<(u64, u64)>,
-    get_dqs: BTreeSet<u64>,
+    /// Insertion time, from Put's answer or the first read showing it.
+    inserted: Option<u64>,
+    /// (steps the observation began and completed, dequeue count seen).
+    dq_obs: Vec<(u64, u64, u64)>,
+    /// Dequeue counts acknowledged Gets handed out, with their spans.
+    get_dqs: Vec<(u64, u64, u64)>,
+    /// Of a copy: the movers' puts of it, which may each have made a fresh
+    /// copy (its dequeue count back to the original's) if the previous
+    /// one was removed, and the lowest dequeue count any of them carried.
+    puts: BTreeMap<u64, Span>,
+    put_dq: Option<u64>,
+    /// Of an original: the movers' finishing deletes (not client removals).
+    finishes: BTreeSet<u64>,
+    /// Of an original: the step each receipt was answered at, and the moves
+    /// whose copy is durable: (step the move took it, step its put was
+    /// acknowledged).
+    answered: BTreeMap<String, u64>,
+    moved: Vec<(u64, u64)>,
     receipts: BTreeMap<String, Ver>,
     /// Newest acknowledged receipt: version, step it was answered, the
     /// visibility it set, the receipt.
     newest: Option<(Ver, u64, u64, String)>,
+    /// The step the request that answered the newest receipt began.
+    newest_from: u64,
     /// Receipts answered 404 MessageNotFound, with the step.
     dead: BTreeMap<String, u64>,
     /// Updates, deletes and gets that returned this message.
@@ -347,15 +450,61 @@ struct MFacts {
 }
 
 impl MFacts {
-    fn dq_floor(&self, s: u64) -> u64 {
-        self.dq_obs
+    fn new(q: QKey, ttl: i64, presence: Reg<bool>, text: Reg<String>) -> Self {
+        MFacts {
+            q,
+            id: None,
+            expires: None,
+            ttl,
+            presence,
+            text,
+            inserted: None,
+            dq_obs: Vec::new(),
+            get_dqs: Vec::new(),
+            receipts: BTreeMap::new(),
+            newest: None,
+            newest_from: 0,
+            dead: BTreeMap::new(),
+            changers: BTreeMap::new(),
+            refused: false,
+            puts: BTreeMap::new(),
+            put_dq: None,
+            finishes: BTreeSet::new(),
+            answered: BTreeMap::new(),
+            moved: Vec::new(),
+        }
+    }
+
+    /// Whether anything but a move (a client's delete, a clear or a queue
+    /// deletion of `clears`) may have removed the message.
+    fn client_removable(&self, clears: &BTreeMap<u64, W<bool>>) -> bool {
+        let since = self
+            .presence
+            .ws
+            .values()
+            .filter(|w| w.v)
+            .map(|w| w.issue)
+            .min()
+            .unwrap_or(0);
+        self.presence
+            .ws
             .iter()
-            .filter(|(d, _)| *d < s)
-            .map(|(_, v)| *v)
-            .max()
-            .unwrap_or(0)
+            .any(|(id, w)| !w.v && *id != 0 && *id < SYNTH_BASE && !self.finishes.contains(id))
+            || clears.values().any(|w| w.end.is_none_or(|e| e >= since))
+    }
+
+    fn may_have_expired(&self, ub: u64) -> bool {
+        // (An expiry never answered is unknown: only a TTL of -1 rules
+        // expiry out.)
+        match self.expires {
+            Some(x) => x <= ub,
+            None => self.ttl != -1,
+        }
     }
 }
+
+/// Ids of the checker's own register writes (observations) start here.
+const SYNTH_BASE: u64 = 1 << 60;
 
 struct Pending {
     op: Op,
@@ -366,7 +515,9 @@ struct Pending {
     /// The shard's recorded time floor when the request was issued.
     floor: u64,
     clock_epoch: u64,
-    newest_at_issue: Option<Ver>,
+    /// The newest receipt's version when the request was issued, and the
+    /// step the request that answered it began.
+    newest_at_issue: Option<(Ver, u64)>,
     dead_at_issue: bool,
 }
 
@@ -407,13 +558,22 @@ pub struct Checker {
     clock: u64,
     clock_epoch: u64,
     synth: u64,
+    /// Queue -> its dead-letter queue, for the queues the run may give one.
+    targets: BTreeMap<QKey, QKey>,
+    /// Per shard: the step of its latest recovery and the messages found.
+    dumped: Vec<Option<(u64, BTreeSet<u64>)>>,
     pub violations: Vec<String>,
     pub acked: u64,
     pub indeterminate: u64,
     pub errors: u64,
+    /// Dead-letter copies shown by reads and recoveries.
+    pub copies_seen: u64,
+    /// Messages Gets handed out from a queue whose every possible state had
+    /// a maximum dequeue count (so the count limit was checked).
+    pub limit_checked: u64,
 }
 
-fn parse_putno(text: &str) -> Option<u64> {
+pub fn parse_putno(text: &str) -> Option<u64> {
     text.strip_prefix('m')?.split(':').next()?.parse().ok()
 }
 
@@ -431,12 +591,27 @@ impl Checker {
             lease,
             clock,
             clock_epoch: 0,
-            synth: 1 << 60,
+            synth: SYNTH_BASE,
+            targets: BTreeMap::new(),
+            dumped: vec![None; shards],
             violations: Vec::new(),
             acked: 0,
             indeterminate: 0,
             errors: 0,
+            copies_seen: 0,
+            limit_checked: 0,
         }
+    }
+
+    /// The dead-letter queue each queue may be given (the run never names
+    /// another one for it).
+    pub fn set_targets(&mut self, targets: BTreeMap<QKey, QKey>) {
+        self.targets = targets;
+    }
+
+    /// Whether the checker knows put `putno` (a mover's capture names it).
+    pub fn knows(&self, putno: u64) -> bool {
+        self.msgs.contains_key(&putno)
     }
 
     fn violation(&mut self, s: String) {
@@ -495,6 +670,7 @@ impl Checker {
             acl: Reg::new(None),
             clears: BTreeMap::new(),
             gets: BTreeMap::new(),
+            aside: BTreeMap::new(),
             msgs: BTreeSet::new(),
         })
     }
@@ -558,24 +734,7 @@ impl Checker {
                 presence.begin(id, true, step);
                 let mut t = Reg::empty();
                 t.begin(id, text.clone(), step);
-                self.msgs.insert(
-                    *putno,
-                    MFacts {
-                        q: q.clone(),
-                        id: None,
-                        expires: None,
-                        ttl: *ttl,
-                        presence,
-                        text: t,
-                        dq_obs: Vec::new(),
-                        get_dqs: BTreeSet::new(),
-                        receipts: BTreeMap::new(),
-                        newest: None,
-                        dead: BTreeMap::new(),
-                        changers: BTreeMap::new(),
-                        refused: false,
-                    },
-                );
+                self.msgs.insert(*putno, MFacts::new(q.clone(), *ttl, presence, t));
             }
             Op::Get { q, .. } => {
                 self.queues
@@ -592,17 +751,40 @@ impl Checker {
                 if let Some(t) = text {
                     m.text.begin(id, t.clone(), step);
                 }
-                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                newest_at_issue = m.newest.as_ref().map(|n| (n.0, m.newest_from));
                 dead_at_issue = m.dead.contains_key(receipt);
             }
             Op::Delete { putno, receipt, .. } | Op::Guess { putno, receipt, .. } => {
                 let m = self.msgs.get_mut(putno).expect("known message");
                 m.changers.insert(id, (step, None));
                 m.presence.begin(id, false, step);
-                newest_at_issue = m.newest.as_ref().map(|n| n.0);
+                newest_at_issue = m.newest.as_ref().map(|n| (n.0, m.newest_from));
                 dead_at_issue = m.dead.contains_key(receipt);
             }
-            Op::GetProps { .. } | Op::GetAcl { .. } | Op::List { .. } | Op::Peek { .. } => {}
+            Op::MovePut { q, putno, dl, .. } => {
+                let orig = &self.msgs[&base(*putno)];
+                let (ttl, expires, inserted) = (orig.ttl, orig.expires, orig.inserted);
+                self.queues.get_mut(q).expect("made above").msgs.insert(*putno);
+                let m = self.msgs.entry(*putno).or_insert_with(|| {
+                    let mut m = MFacts::new(q.clone(), ttl, Reg::new(false), Reg::empty());
+                    m.id = Some(dl.id);
+                    m.expires = expires;
+                    m.inserted = inserted;
+                    m
+                });
+                m.presence.begin(id, true, step);
+                m.text.begin(id, dl.text.clone(), step);
+                m.changers.insert(id, (step, None));
+                m.puts.insert(id, (step, None));
+                m.put_dq = Some(m.put_dq.map_or(dl.dequeue_count, |d| d.min(dl.dequeue_count)));
+            }
+            Op::MoveFinish { putno, .. } => {
+                let m = self.msgs.get_mut(putno).expect("known message");
+                m.presence.begin(id, false, step);
+                m.changers.insert(id, (step, None));
+                m.finishes.insert(id);
+            }
+            Op::GetProps { .. } | Op::GetAcl { .. } | Op::List { .. } | Op::Peek { .. } | Op::MoveNext { .. } => {}
         }
         let lb = self.time_lb[shard].max(self.clock);
         self.pending.insert(
@@ -654,11 +836,19 @@ impl Checker {
             }
         }
         match &p.op {
-            Op::Put { putno, .. } | Op::Update { putno, .. } | Op::Delete { putno, .. } | Op::Guess { putno, .. } => {
+            Op::Put { putno, .. }
+            | Op::Update { putno, .. }
+            | Op::Delete { putno, .. }
+            | Op::Guess { putno, .. }
+            | Op::MovePut { putno, .. }
+            | Op::MoveFinish { putno, .. } => {
                 let m = self.msgs.get_mut(putno).expect("known message");
                 m.presence.indeterminate(id, step);
                 m.text.indeterminate(id, step);
                 if let Some(c) = m.changers.get_mut(&id) {
+                    c.1 = Some(step);
+                }
+                if let Some(c) = m.puts.get_mut(&id) {
                     c.1 = Some(step);
                 }
             }
@@ -675,11 +865,18 @@ impl Checker {
             qf.gets.remove(&id);
         }
         match &p.op {
-            Op::Put { putno, .. } | Op::Update { putno, .. } | Op::Delete { putno, .. } | Op::Guess { putno, .. } => {
+            Op::Put { putno, .. }
+            | Op::Update { putno, .. }
+            | Op::Delete { putno, .. }
+            | Op::Guess { putno, .. }
+            | Op::MovePut { putno, .. }
+            | Op::MoveFinish { putno, .. } => {
                 let m = self.msgs.get_mut(putno).expect("known message");
                 m.presence.fail(id);
                 m.text.fail(id);
                 m.changers.remove(&id);
+                m.puts.remove(&id);
+                m.finishes.remove(&id);
                 if matches!(p.op, Op::Put { .. }) {
                     m.refused = true;
                 }
@@ -757,9 +954,138 @@ impl Checker {
         // answered `e` may have been applied after it.
         let after = |end: &Option<u64>| end.is_none_or(|d| d >= e);
         let qf = &self.queues[&m.q];
-        !m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
-            && !qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
-            && !qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
+        // Once delivered, a message of a queue with a dead-letter queue may
+        // be set aside by any Get, under a receipt no answer shows.
+        let aside = self.targets.contains_key(&m.q) && m.dq_obs.iter().any(|o| o.2 >= 1);
+        let touched = m.changers.iter().any(|(id, (_, end))| *id != me && after(end))
+            || qf.gets.iter().any(|(id, (_, end))| *id != me && after(end))
+            || qf.clears.iter().any(|(id, w)| *id != me && after(&w.end))
+            || (aside && qf.aside.iter().any(|(id, (_, end))| *id != me && after(end)));
+        !touched
+    }
+
+    /// The most deliveries a Get over [s, c] may make of one message of
+    /// `q`: `Some(k)` if every state its metadata may be in then gives it a
+    /// dead-letter queue (the largest k of those), else `None`.
+    fn dequeue_limit(&self, q: &QKey, s: u64, c: u64) -> Option<u64> {
+        let mut most = None;
+        for meta in self.queues.get(q)?.meta.allowed(s, c).into_iter().flatten() {
+            let attrs = QueueAttributes::parse(&q.1, &Metadata(meta)).ok()?;
+            let k = attrs.redrive?.max_dequeue_count;
+            most = Some(most.unwrap_or(0).max(k));
+        }
+        most
+    }
+
+    /// The message of queue `q` that put `putno` shows as: the original if
+    /// `q` is its queue, its dead-letter copy if `q` is its dead-letter
+    /// queue and a mover put one there.
+    fn resolve(&mut self, putno: u64, q: &QKey, what: &str) -> Option<u64> {
+        if self.msgs[&putno].q == *q {
+            return Some(putno);
+        }
+        if self.msgs.get(&(putno | COPY)).is_some_and(|m| m.q == *q) {
+            self.copies_seen += 1;
+            return Some(putno | COPY);
+        }
+        let src = &self.msgs[&putno].q;
+        if self.targets.get(src) == Some(q) {
+            self.violation(format!(
+                "{what}: m{putno} is in its dead-letter queue {}/{} though no mover ever put it there",
+                q.0, q.1
+            ));
+        } else {
+            self.violation(format!("{what}: m{putno} came from another queue"));
+        }
+        None
+    }
+
+    /// A mover took `dl` from `shard` over [s, c]: the message as it was set
+    /// aside. Not a durable observation (the set-aside may still be in
+    /// flight, and a crash may take it back), so it is checked against what
+    /// may be current and not recorded.
+    fn captured(&mut self, dl: &DeadLetter, shard: usize, s: u64, c: u64, what: &str) {
+        let Some(putno) = self.identify(dl.id, &dl.text, what) else {
+            return;
+        };
+        let src = (dl.account.clone(), dl.from.clone());
+        let m = &self.msgs[&putno];
+        let mut bad = Vec::new();
+        if m.q != src {
+            bad.push(format!("took m{putno} from {}, but it was put in {}", dl.from, m.q.1));
+        } else if self.targets.get(&src) != Some(&(dl.account.clone(), dl.to.clone())) {
+            bad.push(format!(
+                "moves m{putno} to {}, which its queue never named as dead-letter queue",
+                dl.to
+            ));
+        }
+        if self.queues.get(&src).is_none_or(|qf| qf.shard != shard) {
+            bad.push(format!(
+                "took m{putno} on shard {shard}, which does not own {}",
+                dl.from
+            ));
+        }
+        if m.refused {
+            bad.push(format!("took m{putno}, whose put was refused (503)"));
+        }
+        if !allowed(&self.presence_writes(m), s, c).contains(&&true) {
+            bad.push(format!(
+                "took m{putno} for a move although an acknowledged delete or clear removed it"
+            ));
+        }
+        if m.expires.is_some_and(|x| x != dl.expires_ms) || m.inserted.is_some_and(|x| x != dl.inserted_ms) {
+            bad.push(format!("took m{putno} with another insertion or expiry time"));
+        }
+        if !m.text.allowed(s, c).contains(&dl.text) {
+            bad.push(format!("took m{putno} with a text no acknowledged history allows"));
+        }
+        let floor = self.dq_floor(putno, s, c);
+        if dl.dequeue_count < floor.max(1) {
+            bad.push(format!(
+                "took m{putno} with dequeue count {} although {floor} was seen (and a move needs one delivery)",
+                dl.dequeue_count
+            ));
+        }
+        for b in bad {
+            self.violation(format!("{what}: {b}"));
+        }
+        // Times are fixed at the put: learning them here is safe.
+        let m = self.msgs.get_mut(&putno).expect("known");
+        m.expires.get_or_insert(dl.expires_ms);
+        m.inserted.get_or_insert(dl.inserted_ms);
+    }
+
+    /// The highest dequeue count seen of `mk` before a read over [s, c].
+    /// A copy's count goes back to the original's when a mover puts a
+    /// fresh copy after the old one was removed: observations a possible
+    /// re-put separates from the read (before its effect, so by `c`) do
+    /// not count.
+    fn dq_floor(&self, mk: u64, s: u64, c: u64) -> u64 {
+        let m = &self.msgs[&mk];
+        // An observation took effect at or after the step it began: a
+        // re-put may follow it even if it completed later.
+        m.dq_obs
+            .iter()
+            .filter(|(b, d, _)| *d < s && !self.may_regen(m, *b, c))
+            .map(|(_, _, v)| *v)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A mover may have put a fresh copy `m` between steps `after` and
+    /// `before`: a put of it may take effect in that window, after a
+    /// removal of the old copy that may also fall in it. Never for an
+    /// original (no mover puts those).
+    fn may_regen(&self, m: &MFacts, after: u64, before: u64) -> bool {
+        m.puts.values().any(|&(issue, end)| {
+            let put_by = end.unwrap_or(u64::MAX).min(before);
+            issue < before
+                && end.is_none_or(|e| e > after)
+                && self
+                    .presence_writes(m)
+                    .iter()
+                    .any(|w| !w.v && w.issue < put_by && w.end.is_none_or(|e| e > after))
+        })
     }
 
     /// Identifies a message a read returned, by id and text.
@@ -789,34 +1115,43 @@ impl Checker {
         Some(putno)
     }
 
-    /// A read over [s, c] (at a time >= lb) showed message `putno` with
-    /// `text` and `dq`.
+    /// A read over [s, c] (at a time >= lb) showed message `mk` (an
+    /// original or a dead-letter copy) with `text`, `dq` and its times.
     fn shown(
         &mut self,
-        putno: u64,
-        (text, dq, expires): (&str, u64, u64),
+        mk: u64,
+        (text, dq, expires, inserted): (&str, u64, u64, u64),
         strict_dq: bool,
         (s, c, lb): (u64, u64, u64),
         what: &str,
     ) {
-        let m = self.msgs.get_mut(&putno).expect("known");
+        let name = label(mk);
         let mut bad = Vec::new();
-        if m.expires.is_some_and(|x| x != expires) {
-            bad.push(format!("m{putno} expiry changed"));
+        // A copy keeps the original's times: both are checked against
+        // what either showed.
+        for k in [base(mk), mk] {
+            let m = self.msgs.get_mut(&k).expect("known");
+            if m.expires.is_some_and(|x| x != expires) || m.inserted.is_some_and(|x| x != inserted) {
+                bad.push(format!(
+                    "{name} expiry or insertion time changed (now {expires}, {inserted}; was {:?}, {:?})",
+                    m.expires, m.inserted
+                ));
+            }
+            m.expires = Some(expires);
+            m.inserted = Some(inserted);
         }
-        m.expires = Some(expires);
-        let m = &self.msgs[&putno];
-        if m.refused {
-            bad.push(format!("m{putno} was refused (503) but appeared"));
+        if self.msgs[&base(mk)].refused {
+            bad.push(format!("{name} was refused (503) but appeared"));
         }
+        let m = &self.msgs[&mk];
         if !allowed(&self.presence_writes(m), s, c).contains(&&true) {
             bad.push(format!(
-                "m{putno} is shown although an acknowledged delete or clear removed it"
+                "{name} is shown although an acknowledged delete or clear removed it"
             ));
         }
         if m.expires.is_some_and(|x| x <= lb) {
             bad.push(format!(
-                "m{putno} expired at {} but is shown at a time >= {lb}",
+                "{name} expired at {} but is shown at a time >= {lb}",
                 m.expires.unwrap_or(0)
             ));
         }
@@ -824,21 +1159,28 @@ impl Checker {
         if !texts.iter().any(|t| t == text) {
             let shown: String = text.chars().take(40).collect();
             bad.push(format!(
-                "m{putno} has text {shown:?}, which no acknowledged history allows"
+                "{name} has text {shown:?}, which no acknowledged history allows"
             ));
         }
-        let floor = m.dq_floor(s);
+        let floor = self.dq_floor(mk, s, c);
         if dq < floor || (strict_dq && dq <= floor) {
-            bad.push(format!("m{putno} dequeue count went back: {dq} after {floor} was seen"));
+            bad.push(format!("{name} dequeue count went back: {dq} after {floor} was seen"));
+        }
+        // A copy starts with the count its original was moved with.
+        if m.put_dq.is_some_and(|d| dq < d || (strict_dq && dq <= d)) {
+            bad.push(format!(
+                "{name} shows dequeue count {dq}, below the {:?} its move carried",
+                m.put_dq
+            ));
         }
         for b in bad {
             self.violation(format!("{what}: {b}"));
         }
         let (i1, i2) = (self.synth_id(), self.synth_id());
-        let m = self.msgs.get_mut(&putno).expect("known");
+        let m = self.msgs.get_mut(&mk).expect("known");
         m.presence.observed(i1, true, s, c);
         m.text.observed(i2, text.to_string(), s, c);
-        m.dq_obs.push((c, dq));
+        m.dq_obs.push((s, c, dq));
     }
 
     /// A message shown by Get or Peek while it must be invisible.
@@ -848,16 +1190,25 @@ impl Checker {
         let m = &self.msgs[&putno];
         if let Some((_, e, vis, _)) = &m.newest {
             if *e < s && *vis > self.time_ub() && self.quiet(m, *e, me) {
-                let v = format!("{what}: m{putno} handed out while invisible until {vis}");
+                let v = format!("{what}: {} handed out while invisible until {vis}", label(putno));
                 self.violation(v);
             }
         }
     }
 
-    fn set_newest(&mut self, putno: u64, ver: Ver, receipt: &str, vis: u64, step: u64) {
+    fn set_newest(&mut self, putno: u64, ver: Ver, receipt: &str, vis: u64, (from, step): (u64, u64)) {
         let m = self.msgs.get_mut(&putno).expect("known");
         m.receipts.insert(receipt.to_string(), ver);
-        if m.newest.as_ref().is_none_or(|n| ver > n.0) {
+        m.answered.entry(receipt.to_string()).or_insert(step);
+        // A re-put copy starts its versions again: if one may have been put
+        // since the newest receipt, which receipt is newest is unknown, and
+        // the rules that need it wait for the next one.
+        let regen = putno & COPY != 0 && self.may_regen(&self.msgs[&putno], self.msgs[&putno].newest_from, step);
+        let m = self.msgs.get_mut(&putno).expect("known");
+        if regen && m.newest.as_ref().is_some_and(|n| ver <= n.0) {
+            m.newest = None;
+        } else if m.newest.as_ref().is_none_or(|n| ver > n.0) {
+            m.newest_from = from;
             m.newest = Some((ver, step, vis, receipt.to_string()));
         }
     }
@@ -1036,10 +1387,11 @@ impl Checker {
                     let m = self.msgs.get_mut(putno).expect("known");
                     m.id = Some(rc.id);
                     m.expires = Some(rc.expires_ms);
+                    m.inserted = Some(rc.inserted_ms);
                     m.presence.ack(id, c);
                     m.text.ack(id, c);
-                    m.dq_obs.push((c, 0));
-                    self.set_newest(*putno, (0, 0), &rc.pop_receipt, rc.visible_ms, c);
+                    m.dq_obs.push((s, c, 0));
+                    self.set_newest(*putno, (0, 0), &rc.pop_receipt, rc.visible_ms, (s, c));
                     self.observe_queue(q, s, c, &what, |v| v.is_some());
                     self.bump_time(&p);
                 }
@@ -1050,39 +1402,71 @@ impl Checker {
             },
             (Op::Get { q, vt, .. }, Outcome::Got(r)) => match r {
                 Ok(list) => {
-                    self.queues.get_mut(q).expect("known").gets.remove(&id);
+                    let qf = self.queues.get_mut(q).expect("known");
+                    qf.gets.remove(&id);
+                    if self.targets.contains_key(q) {
+                        qf.aside.insert(id, (s, Some(c)));
+                    }
                     self.observe_queue(q, s, c, &what, |v| v.is_some());
+                    let limit = self.dequeue_limit(q, s, c);
                     let lb = self.lb(&p);
                     let ub = self.time_ub();
+                    let mut answer = BTreeSet::new();
                     for g in list {
-                        let Some(putno) = self.identify(g.id, &g.text, &what) else {
+                        let Some(mk) = self
+                            .identify(g.id, &g.text, &what)
+                            .and_then(|n| self.resolve(n, q, &what))
+                        else {
                             continue;
                         };
-                        if self.msgs[&putno].q != *q {
-                            self.violation(format!("{what}: m{putno} came from another queue"));
-                            continue;
+                        let name = label(mk);
+                        if !answer.insert(mk) {
+                            self.violation(format!(
+                                "{what}: {name} handed out twice in one answer (two copies at once)"
+                            ));
                         }
-                        self.check_visible(putno, id, s, &what);
-                        self.shown(putno, (&g.text, g.dequeue_count, g.expires_ms), true, (s, c, lb), &what);
+                        if let Some(k) = limit {
+                            self.limit_checked += 1;
+                            if g.dequeue_count > k {
+                                self.violation(format!(
+                                    "{what}: {name} delivered with dequeue count {}, though every state the \
+                                     queue's metadata could be in moves a message after at most {k} deliveries",
+                                    g.dequeue_count
+                                ));
+                            }
+                        }
+                        self.check_visible(mk, id, s, &what);
+                        self.shown(
+                            mk,
+                            (&g.text, g.dequeue_count, g.expires_ms, g.inserted_ms),
+                            true,
+                            (s, c, lb),
+                            &what,
+                        );
                         let v = *vt as u64 * 1000;
                         if g.visible_ms < lb + v || g.visible_ms > ub + v {
                             self.violation(format!(
-                                "{what}: m{putno} visible at {} outside [{}, {}]",
+                                "{what}: {name} visible at {} outside [{}, {}]",
                                 g.visible_ms,
                                 lb + v,
                                 ub + v
                             ));
                         }
-                        let m = self.msgs.get_mut(&putno).expect("known");
-                        if !m.get_dqs.insert(g.dequeue_count) {
+                        let m = &self.msgs[&mk];
+                        let twice = m
+                            .get_dqs
+                            .iter()
+                            .any(|&(d, s1, c1)| d == g.dequeue_count && !self.may_regen(m, s1.min(s), c1.max(c)));
+                        if twice {
                             self.violation(format!(
-                                "{what}: m{putno} handed out twice with dequeue count {} (a dequeue was lost)",
+                                "{what}: {name} handed out twice with dequeue count {} (a dequeue was lost)",
                                 g.dequeue_count
                             ));
                         }
-                        let m = self.msgs.get_mut(&putno).expect("known");
+                        let m = self.msgs.get_mut(&mk).expect("known");
+                        m.get_dqs.push((g.dequeue_count, s, c));
                         m.changers.insert(id, (s, Some(c)));
-                        self.set_newest(putno, (g.dequeue_count, 0), &g.pop_receipt, g.visible_ms, c);
+                        self.set_newest(mk, (g.dequeue_count, 0), &g.pop_receipt, g.visible_ms, (s, c));
                     }
                     self.bump_time(&p);
                 }
@@ -1095,18 +1479,22 @@ impl Checker {
                 Ok(list) => {
                     self.observe_queue(q, s, c, &what, |v| v.is_some());
                     let lb = p.floor;
+                    let mut answer = BTreeSet::new();
                     for g in list {
-                        let Some(putno) = self.identify(g.id, &g.text, &what) else {
+                        let Some(mk) = self
+                            .identify(g.id, &g.text, &what)
+                            .and_then(|n| self.resolve(n, q, &what))
+                        else {
                             continue;
                         };
-                        if self.msgs[&putno].q != *q {
-                            self.violation(format!("{what}: m{putno} came from another queue"));
-                            continue;
+                        if !answer.insert(mk) {
+                            let name = label(mk);
+                            self.violation(format!("{what}: {name} shown twice in one answer (two copies at once)"));
                         }
-                        self.check_visible(putno, id, s, &what);
+                        self.check_visible(mk, id, s, &what);
                         self.shown(
-                            putno,
-                            (&g.text, g.dequeue_count, g.expires_ms),
+                            mk,
+                            (&g.text, g.dequeue_count, g.expires_ms, g.inserted_ms),
                             false,
                             (s, c, lb),
                             &what,
@@ -1133,7 +1521,7 @@ impl Checker {
                             .observed(i, true, s, c);
                         self.observe_queue(q, s, c, &what, |v| v.is_some());
                         if let Some((d, k)) = ver {
-                            self.set_newest(*putno, (d, k + 1), &u.pop_receipt, u.visible_ms, c);
+                            self.set_newest(*putno, (d, k + 1), &u.pop_receipt, u.visible_ms, (s, c));
                         }
                         self.bump_time(&p);
                     }
@@ -1147,7 +1535,8 @@ impl Checker {
                     self.receipt_worked(&p, *putno, receipt, &what);
                     if matches!(p.op, Op::Guess { .. }) && !self.msgs[putno].receipts.contains_key(receipt) {
                         self.violation(format!(
-                            "{what}: a guessed pop receipt that was never handed out deleted m{putno}"
+                            "{what}: a guessed pop receipt that was never handed out deleted {}",
+                            label(*putno)
                         ));
                     }
                     let m = self.msgs.get_mut(putno).expect("known");
@@ -1173,6 +1562,44 @@ impl Checker {
                 }
                 Err(e) => self.violation(format!("{what}: unexpected {e}")),
             },
+            (Op::MoveNext { shard }, Outcome::Next(r)) => {
+                if let Some(dl) = r {
+                    self.captured(&dl, *shard, s, c, &what);
+                }
+            }
+            (Op::MovePut { putno, taken, .. }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    self.msgs.get_mut(&base(*putno)).expect("known").moved.push((*taken, c));
+                    // Present now: put, or already there (an earlier try of
+                    // the move), or expired (then nothing was put, which
+                    // expiry explains). Its text and dequeue count may not
+                    // be this one's: a copy already there keeps its own.
+                    let m = self.msgs.get_mut(putno).expect("known");
+                    m.presence.ack(id, c);
+                    m.text.indeterminate(id, c);
+                    if let Some(ch) = m.changers.get_mut(&id) {
+                        ch.1 = Some(c);
+                    }
+                    if let Some(pt) = m.puts.get_mut(&id) {
+                        pt.1 = Some(c);
+                    }
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
+            (Op::MoveFinish { putno, .. }, Outcome::Unit(r)) => match r {
+                Ok(()) => {
+                    // Deleted, or left alone because the move was superseded
+                    // (another receipt): either may have happened.
+                    let m = self.msgs.get_mut(putno).expect("known");
+                    m.presence.indeterminate(id, c);
+                    if let Some(ch) = m.changers.get_mut(&id) {
+                        ch.1 = Some(c);
+                    }
+                    self.bump_time(&p);
+                }
+                Err(e) => self.violation(format!("{what}: unexpected {e}")),
+            },
             (op, out) => panic!("outcome {out:?} does not belong to {op:?}"),
         }
     }
@@ -1181,8 +1608,10 @@ impl Checker {
     fn receipt_worked(&mut self, p: &Pending, putno: u64, receipt: &str, what: &str) {
         let m = &self.msgs[&putno];
         let ver = m.receipts.get(receipt).copied();
-        if let (Some(v), Some(newest)) = (ver, p.newest_at_issue) {
-            if v < newest {
+        if let (Some(v), Some((newest, from))) = (ver, p.newest_at_issue) {
+            // (Unless the receipt is a re-put copy's, whose versions start
+            // again.)
+            if v < newest && !self.may_regen(m, from, p.issue.max(from)) {
                 self.violation(format!(
                     "{what}: a stale pop receipt {v:?} worked although {newest:?} had been acknowledged"
                 ));
@@ -1192,6 +1621,21 @@ impl Checker {
             self.violation(format!(
                 "{what}: a pop receipt answered 404 before worked later (the 404 was not durable)"
             ));
+        }
+        // A move takes a message only while it is set aside, under a
+        // receipt no client has; once the copy is durable, that set-aside
+        // must be too, or a client's older receipt works again and deletes
+        // or changes a message whose copy lives on in the dead-letter queue.
+        let m = &self.msgs[&putno];
+        if let Some(&at) = m.answered.get(receipt) {
+            if let Some(&(taken, put)) = m.moved.iter().find(|(taken, put)| at < *taken && *put < p.issue) {
+                self.violation(format!(
+                    "{what}: {}'s pop receipt answered at step {at} worked, though a move took the message at \
+                     step {taken} and its copy in the dead-letter queue was durable at step {put} (the set-aside \
+                     was lost in a crash while its copy survived)",
+                    label(putno)
+                ));
+            }
         }
     }
 
@@ -1206,8 +1650,9 @@ impl Checker {
             && m.expires.is_some_and(|x| x > self.time_ub());
         if newest_and_quiet {
             self.violation(format!(
-                "{what}: the newest pop receipt of m{putno} was refused though nothing else touched the message \
-                 (an acknowledged put, dequeue or update was lost)"
+                "{what}: the newest pop receipt of {} was refused though nothing else touched the message \
+                 (an acknowledged put, dequeue or update was lost)",
+                label(putno)
             ));
         }
         self.cancel(id, p);
@@ -1238,23 +1683,31 @@ impl Checker {
             .collect();
         let lb = self.time_lb[shard];
         let ub = self.time_ub();
+        let mut found = BTreeSet::new();
         for k in mine {
             let d = dump.get(&k);
             self.observe_meta_exact(&k, d.map(|d| d.metadata.0.clone()), c, c, &what);
             self.observe_acl_exact(&k, d.map(|d| d.acl.clone()), c, c, &what);
             let mut seen = BTreeSet::new();
             for (msg, text) in d.map(|d| d.messages.as_slice()).unwrap_or_default() {
-                let Some(putno) = self.identify(msg.id, text, &what) else {
+                let Some(putno) = self
+                    .identify(msg.id, text, &what)
+                    .and_then(|n| self.resolve(n, &k, &what))
+                else {
                     continue;
                 };
-                if self.msgs[&putno].q != k {
-                    self.violation(format!("{what}: m{putno} recovered in another queue"));
+                if !seen.insert(putno) {
+                    self.violation(format!(
+                        "{what}: two messages {} with one id in {}/{} at once (a dead-letter put was repeated)",
+                        label(putno),
+                        k.0,
+                        k.1
+                    ));
                     continue;
                 }
-                seen.insert(putno);
                 self.shown(
                     putno,
-                    (text, msg.dequeue_count, msg.expires_ms),
+                    (text, msg.dequeue_count, msg.expires_ms, msg.inserted_ms),
                     false,
                     (c, c, lb),
                     &what,
@@ -1266,10 +1719,11 @@ impl Checker {
                 .encode();
                 let m = &self.msgs[&putno];
                 let mut bad = Vec::new();
+                let name = label(putno);
                 if let (Some(v), Some(n)) = (m.receipts.get(&receipt), &m.newest) {
-                    if *v < n.0 {
+                    if *v < n.0 && !self.may_regen(m, m.newest_from, c) {
                         bad.push(format!(
-                            "{what}: m{putno}'s current pop receipt is {v:?} although {:?} was acknowledged \
+                            "{what}: {name}'s current pop receipt is {v:?} although {:?} was acknowledged \
                              (a dequeue or update was lost)",
                             n.0
                         ));
@@ -1277,7 +1731,7 @@ impl Checker {
                 }
                 if m.dead.contains_key(&receipt) {
                     bad.push(format!(
-                        "{what}: m{putno} is current under a receipt that was answered 404 before"
+                        "{what}: {name} is current under a receipt that was answered 404 before"
                     ));
                 }
                 for b in bad {
@@ -1290,16 +1744,17 @@ impl Checker {
                     continue;
                 }
                 let m = &self.msgs[&putno];
-                // (An expiry never answered is unknown: only a TTL of -1
-                // rules expiry out.)
-                let may_have_expired = match m.expires {
-                    Some(x) => x <= ub,
-                    None => m.ttl != -1,
-                };
+                let may_have_expired = m.may_have_expired(ub);
                 let may_be_gone = allowed(&self.presence_writes(m), c, c).contains(&&false) || may_have_expired;
                 if !may_be_gone {
+                    let how = if putno & COPY != 0 {
+                        "a mover's put of it was acknowledged"
+                    } else {
+                        "it was acknowledged or seen"
+                    };
                     self.violation(format!(
-                        "{what}: m{putno} is gone, but it was acknowledged or seen and nothing removed it"
+                        "{what}: {} is gone, but {how} and nothing removed it",
+                        label(putno)
                     ));
                 }
                 // The dump (a test inspection) purges at the wall clock
@@ -1315,6 +1770,56 @@ impl Checker {
                         .observed(i, false, c, c);
                 }
             }
+            found.extend(seen);
+        }
+        self.dumped[shard] = Some((c, found));
+    }
+
+    /// After the final restart of every shard at step `c`: every message
+    /// acknowledged (put, or seen by a read) that no client removed and
+    /// that cannot have expired is in its queue or, moved, in its
+    /// dead-letter queue. Independent of how the registers explain each
+    /// location on its own: a move may delete the original only once the
+    /// copy is durable, so at least one of the two must be there. Messages
+    /// on a shard that did not recover now (refused) are not judged.
+    pub fn final_drain(&mut self, c: u64) {
+        let ub = self.time_ub();
+        let mut lost = Vec::new();
+        for (&putno, m) in self.msgs.range(..COPY) {
+            if !m.presence.ws.values().any(|w| w.acked && w.v) {
+                continue;
+            }
+            let copy = self.msgs.get(&(putno | COPY));
+            let found = |mk: u64, q: &QKey| {
+                let (step, keys) = self.dumped[self.queues[q].shard].as_ref()?;
+                (*step == c).then(|| keys.contains(&mk))
+            };
+            let Some(home) = found(putno, &m.q) else { continue };
+            let moved = match self.targets.get(&m.q) {
+                Some(dlq) => match found(putno | COPY, dlq) {
+                    Some(f) => f,
+                    None => continue,
+                },
+                None => false,
+            };
+            let clears = |q: &QKey| &self.queues[q].clears;
+            if home
+                || moved
+                || m.client_removable(clears(&m.q))
+                || copy.is_some_and(|cm| cm.client_removable(clears(&cm.q)))
+                || m.may_have_expired(ub)
+            {
+                continue;
+            }
+            let dlq = self.targets.get(&m.q).map_or("none".into(), |q| q.1.clone());
+            lost.push(format!(
+                "step {c}: final drain: m{putno} is in neither {} nor its dead-letter queue ({dlq}), though it \
+                 was acknowledged, no client removed it and it cannot have expired (lost)",
+                m.q.1
+            ));
+        }
+        for v in lost {
+            self.violation(v);
         }
     }
 }
