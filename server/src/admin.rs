@@ -22,14 +22,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long an admin client may take to send its request.
-const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an admin exchange may take, from accept to close: reading the
+/// request, gathering every core's snapshot, writing the answer.
+const ADMIN_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Admin connections served at once; more are closed at once. Probes and
+/// a scraper need a handful.
+const MAX_ADMIN_CONNECTIONS: usize = 16;
 
 /// Core 0's admin state: the context once the shard serves, and whether
 /// every shard is up (set by the main thread after startup).
 pub struct Admin<D: Disk> {
     pub ctx: RefCell<Option<Rc<Ctx<D>>>>,
     pub ready: Arc<AtomicBool>,
+    /// Admin connections being served.
+    pub open: std::cell::Cell<usize>,
 }
 
 /// Serves the admin address until `stop`.
@@ -45,7 +51,22 @@ pub async fn serve<D: Disk>(listener: TcpListener, admin: Rc<Admin<D>>, stop: Ar
         match futures_lite::future::or(accept, stopping).await {
             None => return,
             Some(Ok(stream)) => {
-                glommio::spawn_local(answer(stream, admin.clone())).detach();
+                if admin.open.get() >= MAX_ADMIN_CONNECTIONS {
+                    drop(stream);
+                    continue;
+                }
+                admin.open.set(admin.open.get().saturating_add(1));
+                let admin = admin.clone();
+                glommio::spawn_local(async move {
+                    let exchange = async {
+                        answer(stream, &admin).await;
+                    };
+                    // A client that sends slowly or never reads is cut off.
+                    let cut = glommio::timer::sleep(ADMIN_EXCHANGE_TIMEOUT);
+                    futures_lite::future::or(exchange, cut).await;
+                    admin.open.set(admin.open.get().saturating_sub(1));
+                })
+                .detach();
             }
             Some(Err(e)) => {
                 tracing::warn!("admin accept failed: {e}");
@@ -55,20 +76,19 @@ pub async fn serve<D: Disk>(listener: TcpListener, admin: Rc<Admin<D>>, stop: Ar
     }
 }
 
-async fn answer<D: Disk>(stream: glommio::net::TcpStream, admin: Rc<Admin<D>>) {
-    let mut r = Reader::new(stream);
-    let read = async { Some(r.next_request().await) };
-    let timeout = async {
-        glommio::timer::sleep(ADMIN_REQUEST_TIMEOUT).await;
-        None
-    };
-    let resp = match futures_lite::future::or(read, timeout).await {
-        Some(Ok(Some(req))) if req.method == "GET" || req.method == "HEAD" => route(&req.target, &admin).await,
-        Some(Ok(Some(_))) => text(405, "only GET\n"),
-        _ => return,
+async fn answer<D: Disk>(stream: glommio::net::TcpStream, admin: &Admin<D>) {
+    // Admin requests have no body: the limit refuses any.
+    let mut r = Reader::new(stream).with_body_limit(0, crate::http::LargeBodies::new(0));
+    let (resp, head) = match r.next_request().await {
+        Ok(Some(req)) if req.method == "GET" || req.method == "HEAD" => {
+            (route(&req.target, admin).await, req.method == "HEAD")
+        }
+        Ok(Some(_)) => (text(405, "only GET and HEAD\n"), false),
+        Err(_) => (text(400, "bad request\n"), false),
+        Ok(None) => return,
     };
     let mut out = Vec::with_capacity(resp.body.len() + 256);
-    resp.encode(&mut out, false, true);
+    resp.encode(&mut out, head, true);
     let _ = r.stream.write_all(&out).await;
     let _ = r.stream.close().await;
 }
@@ -105,6 +125,10 @@ async fn route<D: Disk>(target: &str, admin: &Admin<D>) -> Response {
         } else {
             text(503, &format!("not ready:\n{}\n", problems.join("\n")))
         };
+    }
+    // A scrape missing a core would make its counters look reset.
+    if !problems.is_empty() && snapshots.iter().any(Result::is_err) {
+        return text(503, &format!("incomplete:\n{}\n", problems.join("\n")));
     }
     let cores: Vec<CoreSnapshot> = snapshots.into_iter().filter_map(Result::ok).collect();
     Response::new(200)

@@ -14,7 +14,7 @@ use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Deadlines for connections waiting on their peer, enforced by one task per
 /// core. Per-request timers would cost an io_uring timeout submission and a
@@ -39,29 +39,19 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Whether the peer has closed its end (end-of-file or an error is
-    /// waiting), without consuming anything: a pipelined request that is
-    /// already here stays for the reader.
+    /// Whether the peer has closed its end or the socket failed, whatever
+    /// unread data is still waiting (a pipelined request, or a TLS
+    /// close_notify alert, which arrives before the FIN): `POLLRDHUP`.
     fn peer_closed(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: a one-byte peek into a local buffer on a socket the
-        // connection still owns; MSG_DONTWAIT never blocks.
-        let n = unsafe {
-            libc::recv(
-                self.fd,
-                std::ptr::addr_of_mut!(byte).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
+        let mut p = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
         };
-        if n == 0 {
-            return true;
-        }
-        n < 0
-            && !matches!(
-                std::io::Error::last_os_error().raw_os_error(),
-                Some(libc::EAGAIN) | Some(libc::EINTR)
-            )
+        // SAFETY: polls one descriptor the connection still owns, without
+        // waiting (timeout 0).
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 }
 
@@ -185,16 +175,21 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     let _held = Held(count.clone());
     let mut r = Reader::new(stream).with_body_limit(ctx.limits.max_body_bytes, large);
     // Declared after the reader, so it is dropped first: the reaper must
-    // forget this fd before the socket closes, or it could shut down the
-    // next connection that reuses the number.
+    // forget this fd before the socket closes (when `r` is dropped), or it
+    // could shut down the next connection that reuses the number. Until
+    // then it keeps a deadline on every write and on the close.
     let (watch_id, watch) = reaper.register(fd);
     let unwatch = Unwatch(reaper, watch_id);
     let mut out = Vec::with_capacity(4096);
     if count.get() > ctx.limits.max_connections {
-        busy_response().encode(&mut out, false, true);
+        // Over TLS this answer never arrives (no handshake happens): the
+        // client sees the connection closed.
+        let busy = busy_response();
+        crate::metrics::record_request("connection_limit", busy.status, Duration::ZERO, 0, busy.body.len());
+        busy.encode(&mut out, false, true);
         let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
+        close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
         drop(unwatch);
-        let _ = r.stream.close().await;
         return;
     }
     loop {
@@ -222,6 +217,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
                 .await
                 .is_err()
             {
+                close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
                 drop(unwatch);
                 return;
             }
@@ -234,8 +230,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     if !out.is_empty() {
         let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
     }
+    close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
     drop(unwatch);
-    let _ = r.stream.close().await;
 }
 
 /// The next request, or `None` when the connection should end (closed,
@@ -259,6 +255,7 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(req) => req,
         Err((e, _)) => {
             if let Some(resp) = framing_error(&e, limits.max_body_bytes) {
+                crate::metrics::record_request("unframed", resp.status, Duration::ZERO, 0, resp.body.len());
                 resp.encode(out, false, true);
             }
             None
@@ -306,9 +303,21 @@ async fn write_before<W: AsyncWrite + Unpin>(
     bytes: &[u8],
 ) -> std::io::Result<()> {
     watch.deadline.set(Some(Instant::now() + limit));
-    let result = stream.write_all(bytes).await;
+    // The flush matters over TLS: a write may leave ciphertext queued.
+    let result = match stream.write_all(bytes).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     watch.deadline.set(None);
     result
+}
+
+/// Closes the stream with a deadline: over TLS the close sends what is
+/// still queued, and a peer that stops reading must not hold it forever.
+async fn close_before<W: AsyncWrite + Unpin>(watch: &Watch, limit: Duration, stream: &mut W) {
+    watch.deadline.set(Some(Instant::now() + limit));
+    let _ = stream.close().await;
+    watch.deadline.set(None);
 }
 
 #[cfg(test)]
@@ -320,9 +329,11 @@ mod tests {
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
-    /// A peer that closes at once, and checks at close time that the reaper
-    /// no longer knows its fd: once the socket closes, the number may be
-    /// reused by the next connection, which the reaper must never shut down.
+    /// A peer that closes at once, and checks when its socket is released
+    /// (dropped: that is when glommio closes the fd; `close` only shuts
+    /// the write side down) that the reaper no longer knows its fd: the
+    /// number may then be reused by the next connection, which the reaper
+    /// must never shut down.
     struct ClosingPeer {
         reaper: Rc<Reaper>,
         closed_while_watched: Rc<Cell<Option<bool>>>,
@@ -340,9 +351,13 @@ mod tests {
             Poll::Ready(Ok(()))
         }
         fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+    impl Drop for ClosingPeer {
+        fn drop(&mut self) {
             let watched = !self.reaper.conns.borrow().is_empty();
             self.closed_while_watched.set(Some(watched));
-            Poll::Ready(Ok(()))
         }
     }
 

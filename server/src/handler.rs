@@ -114,12 +114,16 @@ pub fn redact_target(target: &str) -> String {
     let Some((path, query)) = target.split_once('?') else {
         return target.to_string();
     };
+    // Names are compared as the server reads them (percent-decoded, any
+    // case), so `%73ig=` is redacted like `sig=`.
+    let secret = |k: &str| {
+        let name = percent_encoding::percent_decode_str(k).decode_utf8_lossy();
+        name.eq_ignore_ascii_case("sig") || name.eq_ignore_ascii_case("popreceipt")
+    };
     let query: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("sig") || k.eq_ignore_ascii_case("popreceipt") => {
-                format!("{k}=REDACTED")
-            }
+            Some((k, _)) if secret(k) => format!("{k}=REDACTED"),
             _ => pair.to_string(),
         })
         .collect();
@@ -220,6 +224,10 @@ mod tests {
             "/acct/q/messages/id?popreceipt=REDACTED&sv=2026-10-06&SIG=REDACTED&se=x"
         );
         assert_eq!(redact_target("/acct/q"), "/acct/q");
+        assert_eq!(
+            redact_target("/q?%73ig=abc&s%69G=d"),
+            "/q?%73ig=REDACTED&s%69G=REDACTED"
+        );
     }
 
     #[test]

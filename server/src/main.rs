@@ -7,6 +7,9 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Log lines queued for the writer thread before new ones are dropped.
+const LOG_LINES_QUEUED: usize = 64 * 1024;
+
 fn main() {
     let cfg = server::config::Config::parse();
     // HEMATITE_LOG sets the filter (warnings by default); --request-log
@@ -17,14 +20,23 @@ fn main() {
             filter = filter.add_directive(d);
         }
     }
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    // Log lines go through a queue to one writer thread: a core never
+    // blocks on stderr (a stalled journald would otherwise stop every core
+    // and trip the shard watchdog), and cores share no lock to log. When
+    // the queue is full, lines are dropped rather than waited for.
+    let (writer, flush_on_exit) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_LINES_QUEUED)
+        .thread_name("hematite-log")
+        .finish(std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match cfg.log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
-    if let Err(e) = server::runtime::run(cfg) {
+    let result = server::runtime::run(cfg);
+    drop(flush_on_exit);
+    if let Err(e) = result {
         eprintln!("hematite: {e}");
         std::process::exit(1);
     }

@@ -558,6 +558,7 @@ fn start_admin<D: Disk>(
     let admin = Rc::new(crate::admin::Admin {
         ctx: std::cell::RefCell::new(None),
         ready: serving,
+        open: std::cell::Cell::new(0),
     });
     let task = glommio::spawn_local(crate::admin::serve(listener, admin.clone(), stop));
     Some((admin, task))

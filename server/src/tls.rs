@@ -222,7 +222,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<S> {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        this.tls.send_close_notify();
+        // No alert before a handshake: after the plain-HTTP answer it would
+        // be junk past its Content-Length.
+        if !this.tls.is_handshaking() {
+            this.tls.send_close_notify();
+        }
         this.take_tls_output()?;
         ready!(this.poll_drain(cx))?;
         Pin::new(&mut this.io).poll_close(cx)

@@ -8,9 +8,19 @@ use hematite_tests::{client, proc};
 use std::io::{Read, Write};
 
 fn admin_get(port: u16, path: &str) -> String {
+    admin_get_method(port, "GET", path)
+}
+
+/// `method path` on the admin address; with an empty path, `method` is
+/// the whole request.
+fn admin_get_method(port: u16, method: &str, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
+    let req = if path.is_empty() {
+        method.to_string()
+    } else {
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+    };
+    s.write_all(req.as_bytes()).unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
@@ -88,6 +98,13 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
             .status,
         404
     );
+    // A request that cannot be framed is counted too.
+    let mut bad = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    bad.write_all(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = bad.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
 
     let after = admin_get(admin, "/metrics");
     assert_eq!(value(&after, put), Some(5.0), "{after}");
@@ -119,6 +136,17 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
         Some(5.0)
     );
     assert!(value(&after, "hematite_connections_accepted_total").unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        value(&after, r#"hematite_requests_total{operation="unframed",status="400"}"#),
+        Some(1.0)
+    );
+    let head = admin_get_method(admin, "HEAD", "/metrics");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
+        "HEAD has no body: {head}"
+    );
+    let with_body = admin_get_method(admin, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", "");
+    assert!(!with_body.starts_with("HTTP/1.1 200"), "{with_body}");
     assert!(value(&after, "hematite_request_body_bytes_total").unwrap_or(0.0) > 0.0);
     assert!(after.contains("hematite_wal_fdatasync_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
 

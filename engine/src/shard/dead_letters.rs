@@ -32,6 +32,11 @@ pub(super) struct Pending {
     /// The receipt the message was hidden under: if it changed, the move
     /// was superseded (or the message is gone) and is dropped.
     receipt: u64,
+    /// The set-aside record. The move starts only once it is durable: a
+    /// copy made durable on another shard while a crash can still take the
+    /// set-aside back would let the receipt from before the move work
+    /// again (simulator seed 207, engine/tests/dead_letter_crashes.rs).
+    lsn: u64,
 }
 
 /// A message on its way to a dead-letter queue: plain data, so it can
@@ -80,6 +85,7 @@ impl<D: Disk> Shard<D> {
                 qid: q.qid,
                 seq: e.seq,
                 receipt: e.receipt,
+                lsn: pos.lsn,
             });
         }
         drop(dead);
@@ -116,6 +122,11 @@ impl<D: Disk> Shard<D> {
                 return None;
             }
             let p = self.dead.borrow_mut().pop_front()?;
+            // Once the log is poisoned the set-aside may never be durable:
+            // the move is dropped, and the message stays where it is.
+            if self.wal.wait_durable(p.lsn).await.is_err() {
+                continue;
+            }
             let Some((dl, src)) = self.capture_dead_letter(&p) else {
                 continue;
             };
@@ -155,16 +166,16 @@ impl<D: Disk> Shard<D> {
 
     /// Step 2, on the dead-letter queue's shard: puts the copy, visible now,
     /// durably. If the queue already holds a message with that id (an
-    /// earlier try of this move), it is left as it is, unless that message
-    /// is one this queue would itself set aside: then the move is refused
-    /// for now, so the original stays. If the message has expired
+    /// earlier try of this move), that copy keeps its place and takes the
+    /// text carried now, unless it is one this queue would itself set
+    /// aside: then the move is refused for now, so the original stays. If the message has expired
     /// meanwhile, nothing is put (it would be gone anyway).
     pub async fn put_dead_letter(&self, dl: &DeadLetter) -> Result<(), QueueError> {
         let body: Rc<[u8]> = Rc::from(dl.text.as_bytes());
         self.mutate(|st, wal, now| {
             let qid = st.lookup(&dl.account, &dl.to).ok_or(QueueError::QueueNotFound)?;
-            let q = &st.queues[&qid];
-            if let Some(held) = q.find(&dl.id) {
+            let q = st.queues.get_mut(&qid).expect("named queue exists");
+            if let Some(held) = q.find(&dl.id).cloned() {
                 // The copy held here may itself be on its way out (dead-letter
                 // queues that chain back, or a cycle made by racing metadata
                 // changes): if this queue would set it aside, the source must
@@ -181,7 +192,15 @@ impl<D: Disk> Shard<D> {
                         ),
                     });
                 }
-                return Ok(((), q.last_lsn));
+                // An earlier try of this move left this copy. The original
+                // may have changed since (an Update with new text while the
+                // queue's dead-letter settings were changed and changed
+                // back): the copy takes the text the move carries now,
+                // keeping its place, receipt and count, so the original is
+                // never deleted with a newer text than its copy keeps.
+                let pos = self.replace(q, wal, &held, held.clone(), body)?;
+                q.last_lsn = pos.lsn;
+                return Ok(((), pos.lsn));
             }
             if dl.expires_ms <= now {
                 return Ok(((), q.last_lsn));

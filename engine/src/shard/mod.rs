@@ -871,6 +871,32 @@ impl<D: Disk> Shard<D> {
         Ok((m, pos.lsn))
     }
 
+    /// Replaces message `old` of `q` by `next` with a new text: one
+    /// MessageReplaced record holding the whole state, the old record
+    /// released, the new body cached. Returns the record's position.
+    fn replace(
+        &self,
+        q: &mut Queue,
+        wal: &Wal<D>,
+        old: &Message,
+        next: Message,
+        body: Rc<[u8]>,
+    ) -> Result<RecordPos, QueueError> {
+        let rec = Record::MessageReplaced(state_of(q.qid, &next, body.to_vec()));
+        let pos = wal.append(&rec)?;
+        let Record::MessageReplaced(state) = rec else {
+            unreachable!("built above")
+        };
+        let fresh = message_from_state(&state, pos);
+        self.unpin_message(old);
+        wal.pin(fresh.body.seg, fresh.body.frame_len);
+        self.cache
+            .borrow_mut()
+            .insert((fresh.body.seg, fresh.body.offset), body);
+        q.upsert(fresh);
+        Ok(pos)
+    }
+
     /// The queue's next visible-at time after `now`, when long pollers
     /// wait on it (else `None`, at the cost of one hash lookup): what
     /// [`Shard::poke`] compares against after a change.
@@ -1301,17 +1327,7 @@ impl<D: Disk> Shard<D> {
                     let mut next = m.clone();
                     next.visible_ms = visible_ms;
                     next.receipt = nonce;
-                    let body: Rc<[u8]> = Rc::from(text.into_bytes());
-                    let state = state_of(q.qid, &next, body.to_vec());
-                    let pos = wal.append(&Record::MessageReplaced(state.clone()))?;
-                    let fresh = message_from_state(&state, pos);
-                    self.unpin_message(&m);
-                    wal.pin(fresh.body.seg, fresh.body.frame_len);
-                    self.cache
-                        .borrow_mut()
-                        .insert((fresh.body.seg, fresh.body.offset), body);
-                    q.upsert(fresh);
-                    pos
+                    self.replace(q, wal, &m, next, Rc::from(text.into_bytes()))?
                 }
                 None => {
                     let pos = wal.append(&Record::MessageVisibility {
