@@ -210,14 +210,26 @@ fn deliver_once(s: &Shard<SimDisk>, clock: &ManualClockRef) -> usize {
 
 type ManualClockRef = Rc<engine::ManualClock>;
 
+/// A queue `work` with dead-letter queue `dlq` after `max` deliveries,
+/// holding one message, "poison".
+fn poisoned(s: &Shard<SimDisk>, max: &str) {
+    block_on(async {
+        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
+        s.create_queue(ACCT, "work", redrive(max)).await.unwrap();
+        s.put_message(ACCT, "work", "poison".into(), None, None).await.unwrap();
+    });
+}
+
+fn count(s: &Shard<SimDisk>, queue: &str) -> u64 {
+    block_on(s.get_properties(ACCT, queue))
+        .unwrap()
+        .approximate_message_count
+}
+
 #[test]
 fn a_message_delivered_too_often_moves_with_its_id_times_and_count() {
     let (_d, clock, s) = fresh();
-    block_on(async {
-        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
-        s.create_queue(ACCT, "work", redrive("2")).await.unwrap();
-        s.put_message(ACCT, "work", "poison".into(), None, None).await.unwrap();
-    });
+    poisoned(&s, "2");
     let original = block_on(s.peek_messages(ACCT, "work", None)).unwrap().remove(0);
     assert_eq!(deliver_once(&s, &clock), 1);
     assert_eq!(deliver_once(&s, &clock), 1);
@@ -244,22 +256,13 @@ fn a_message_delivered_too_often_moves_with_its_id_times_and_count() {
         ),
         (original.id, original.inserted_ms, original.expires_ms, 2)
     );
-    assert_eq!(
-        block_on(s.get_properties(ACCT, "work"))
-            .unwrap()
-            .approximate_message_count,
-        0
-    );
+    assert_eq!(count(&s, "work"), 0);
 }
 
 #[test]
 fn a_move_cut_short_by_a_crash_loses_nothing_and_repeats_without_a_second_copy() {
     let (disk, clock, s) = fresh();
-    block_on(async {
-        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
-        s.create_queue(ACCT, "work", redrive("1")).await.unwrap();
-        s.put_message(ACCT, "work", "poison".into(), None, None).await.unwrap();
-    });
+    poisoned(&s, "1");
     assert_eq!(deliver_once(&s, &clock), 1);
     assert_eq!(deliver_once(&s, &clock), 0);
     let dl = block_on(s.next_dead_letter()).unwrap();
@@ -275,19 +278,9 @@ fn a_move_cut_short_by_a_crash_loses_nothing_and_repeats_without_a_second_copy()
     block_on(s.put_dead_letter(&again)).unwrap();
     // The superseded first move finds a different receipt and does nothing.
     block_on(s.finish_dead_letter(&dl)).unwrap();
-    assert_eq!(
-        block_on(s.get_properties(ACCT, "work"))
-            .unwrap()
-            .approximate_message_count,
-        1
-    );
+    assert_eq!(count(&s, "work"), 1);
     block_on(s.finish_dead_letter(&again)).unwrap();
-    assert_eq!(
-        block_on(s.get_properties(ACCT, "work"))
-            .unwrap()
-            .approximate_message_count,
-        0
-    );
+    assert_eq!(count(&s, "work"), 0);
     let copies = block_on(s.peek_messages(ACCT, "dlq", Some(32))).unwrap();
     assert_eq!(copies.len(), 1, "the copy already there is not put twice");
     assert_eq!(copies[0].id, dl.id);
@@ -304,12 +297,7 @@ fn a_missing_dead_letter_queue_keeps_the_message_at_home() {
     assert_eq!(deliver_once(&s, &clock), 0);
     let dl = block_on(s.next_dead_letter()).unwrap();
     assert_eq!(block_on(s.put_dead_letter(&dl)), Err(QueueError::QueueNotFound));
-    assert_eq!(
-        block_on(s.get_properties(ACCT, "work"))
-            .unwrap()
-            .approximate_message_count,
-        1
-    );
+    assert_eq!(count(&s, "work"), 1);
 }
 
 #[test]
@@ -319,11 +307,7 @@ fn a_copy_that_is_itself_leaving_does_not_count_as_moved() {
     // its way out; a move from `dlq` back into `work` must not be taken as
     // done because `work` "already holds" it, or both copies could go.
     let (_d, clock, s) = fresh();
-    block_on(async {
-        s.create_queue(ACCT, "dlq", md(&[])).await.unwrap();
-        s.create_queue(ACCT, "work", redrive("1")).await.unwrap();
-        s.put_message(ACCT, "work", "poison".into(), None, None).await.unwrap();
-    });
+    poisoned(&s, "1");
     assert_eq!(deliver_once(&s, &clock), 1);
     assert_eq!(deliver_once(&s, &clock), 0);
     let out = block_on(s.next_dead_letter()).unwrap();

@@ -609,6 +609,14 @@ mod tests {
 
     const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
+    /// A plain-HTTP caller on the loopback address.
+    fn local() -> Caller {
+        Caller {
+            ip: "127.0.0.1".parse().unwrap(),
+            https: false,
+        }
+    }
+
     fn acct() -> Account {
         Account {
             name: "devstoreaccount1".into(),
@@ -682,18 +690,7 @@ mod tests {
             sig: Some(signature(&acct().keys[0], sts)),
             ..Default::default()
         };
-        let who = service_sas(
-            &sas,
-            &acct(),
-            "sasq",
-            None,
-            now,
-            Caller {
-                ip: "127.0.0.1".parse().unwrap(),
-                https: false,
-            },
-        )
-        .unwrap();
+        let who = service_sas(&sas, &acct(), "sasq", None, now, local()).unwrap();
         assert!(authorize(&who, &needs(Operation::PutMessage)).is_ok());
         assert_eq!(
             authorize(&who, &needs(Operation::UpdateMessage)).unwrap_err(),
@@ -705,19 +702,9 @@ mod tests {
         );
         // another queue: the signature no longer matches
         assert_eq!(
-            service_sas(
-                &sas,
-                &acct(),
-                "other",
-                None,
-                now,
-                Caller {
-                    ip: "127.0.0.1".parse().unwrap(),
-                    https: false
-                }
-            )
-            .unwrap_err()
-            .code,
+            service_sas(&sas, &acct(), "other", None, now, local())
+                .unwrap_err()
+                .code,
             "AuthenticationFailed"
         );
         // expired
@@ -728,18 +715,7 @@ mod tests {
             sig: Some(signature(&acct().keys[0], sts)),
             ..sas.clone()
         };
-        let e = service_sas(
-            &old,
-            &acct(),
-            "sasq",
-            None,
-            now,
-            Caller {
-                ip: "127.0.0.1".parse().unwrap(),
-                https: false,
-            },
-        )
-        .unwrap_err();
+        let e = service_sas(&old, &acct(), "sasq", None, now, local()).unwrap_err();
         assert!(e.details[0].1.contains("time frame"));
         // a stored policy supplies sp and se
         let sts = "\n\n\n/queue/devstoreaccount1/sasq\np1\n\n\n2026-10-06";
@@ -755,31 +731,9 @@ mod tests {
             expiry: Some("2099-01-01T00:00:00.0000000Z".into()),
             permission: Some("p".into()),
         };
-        let who = service_sas(
-            &with_si,
-            &acct(),
-            "sasq",
-            Some(&policy),
-            now,
-            Caller {
-                ip: "127.0.0.1".parse().unwrap(),
-                https: false,
-            },
-        )
-        .unwrap();
+        let who = service_sas(&with_si, &acct(), "sasq", Some(&policy), now, local()).unwrap();
         assert!(authorize(&who, &needs(Operation::GetMessages)).is_ok());
-        assert!(service_sas(
-            &with_si,
-            &acct(),
-            "sasq",
-            None,
-            now,
-            Caller {
-                ip: "127.0.0.1".parse().unwrap(),
-                https: false
-            }
-        )
-        .is_err());
+        assert!(service_sas(&with_si, &acct(), "sasq", None, now, local()).is_err());
     }
 
     #[test]

@@ -12,6 +12,8 @@ const LOG_LINES_QUEUED: usize = 64 * 1024;
 
 fn main() {
     let cfg = server::config::Config::parse();
+    // Before the log writer's thread starts (runtime::block_stop_signals).
+    server::runtime::block_stop_signals();
     // HEMATITE_LOG sets the filter (warnings by default); --request-log
     // adds the request lines on top of whatever it says.
     let mut filter = EnvFilter::try_from_env("HEMATITE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));

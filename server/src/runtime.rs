@@ -168,8 +168,10 @@ fn pending_signal(sigs: &libc::sigset_t, wait: Duration) -> Option<i32> {
 }
 
 /// SIGTERM and SIGINT are taken by the main thread alone: blocked here,
-/// before the executor threads exist, so they inherit the mask.
-fn block_stop_signals() -> libc::sigset_t {
+/// before any other thread exists (the log writer's, the executors), so
+/// they all inherit the mask. A thread that does not block them would take
+/// the signal's default action: death, with no drain.
+pub fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: plain signal-set manipulation on a zeroed set we own.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
