@@ -77,9 +77,13 @@ pub async fn serve<D: Disk>(listener: TcpListener, admin: Rc<Admin<D>>, stop: Ar
 }
 
 async fn answer<D: Disk>(stream: glommio::net::TcpStream, admin: &Admin<D>) {
-    // Admin requests have no body: the limit refuses any.
-    let mut r = Reader::new(stream).with_body_limit(0, crate::http::LargeBodies::new(0));
+    let mut r = Reader::new(stream);
     let (resp, head) = match r.next_request().await {
+        // Admin requests have no body (one is read, at most the server's
+        // body limit, and refused).
+        Ok(Some(req)) if !req.body.is_empty() || req.header("transfer-encoding").is_some() => {
+            (text(400, "admin requests have no body\n"), false)
+        }
         Ok(Some(req)) if req.method == "GET" || req.method == "HEAD" => {
             (route(&req.target, admin).await, req.method == "HEAD")
         }

@@ -36,8 +36,9 @@ fn main() {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
+    server::runtime::keep_log_flush(flush_on_exit);
     let result = server::runtime::run(cfg);
-    drop(flush_on_exit);
+    server::runtime::flush_logs();
     if let Err(e) = result {
         eprintln!("hematite: {e}");
         std::process::exit(1);

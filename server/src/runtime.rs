@@ -57,6 +57,37 @@ impl Drop for ShardExit {
 /// executor, so a guard dropped at the end of the thread may never run
 /// (decision 0004). A panic means an invariant broke; nothing acknowledged
 /// depends on this process living on, since it is already durable.
+/// The log writer's flush handle (main.rs hands it over): dropped before
+/// any `_exit`, so the lines queued before a fatal error, that error's own
+/// included, reach stderr. Touched only on the way out.
+static LOG_FLUSH: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> = std::sync::Mutex::new(None);
+
+/// Keeps the log writer's flush handle for [`exit_now`].
+pub fn keep_log_flush(guard: tracing_appender::non_blocking::WorkerGuard) {
+    if let Ok(mut g) = LOG_FLUSH.lock() {
+        *g = Some(guard);
+    }
+}
+
+/// Flushes the queued log lines (bounded: the writer gives up after about
+/// a second), then `_exit`s without running other threads' destructors
+/// (which may be what is stuck).
+fn exit_now(status: i32) -> ! {
+    // try_lock: a thread that panicked holding it must not block the exit.
+    if let Ok(mut g) = LOG_FLUSH.try_lock() {
+        drop(g.take());
+    }
+    // SAFETY: _exit ends the process at once.
+    unsafe { libc::_exit(status) }
+}
+
+/// Flushes the queued log lines on a normal return from `run`.
+pub fn flush_logs() {
+    if let Ok(mut g) = LOG_FLUSH.lock() {
+        drop(g.take());
+    }
+}
+
 fn install_panic_exit() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -65,9 +96,7 @@ fn install_panic_exit() {
         tracing::error!(thread = %name, "panic: {info}");
         default(info);
         eprintln!("hematite: panic on thread {name}; shard stopped after startup or during it; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
-        // SAFETY: _exit ends the process at once, without running other
-        // threads' destructors (which may be what is stuck).
-        unsafe { libc::_exit(EXIT_SHARD_DIED) }
+        exit_now(EXIT_SHARD_DIED)
     }));
 }
 
@@ -152,8 +181,7 @@ fn check_security(cfg: &Config) -> Result<(), String> {
 /// a startup failure once shard threads exist.
 fn startup_failed(why: &str) -> ! {
     eprintln!("hematite: {why}");
-    // SAFETY: _exit ends the process without running other threads' code.
-    unsafe { libc::_exit(1) }
+    exit_now(1)
 }
 
 /// A signal from `sigs` if one is pending, without waiting.
@@ -322,8 +350,7 @@ impl Shards {
         });
         if done.recv_timeout(DRAIN_LIMIT).is_err() {
             eprintln!("hematite: the drain took longer than {DRAIN_LIMIT:?}; exiting without it");
-            // SAFETY: _exit ends the process without waiting for the stuck cores.
-            unsafe { libc::_exit(1) }
+            exit_now(1)
         }
     }
 }
@@ -332,9 +359,9 @@ impl Shards {
 fn shard_died(shard: usize, why: &str) -> ! {
     eprintln!("hematite: shard {shard} stopped after startup: {why}; exiting with status {EXIT_SHARD_DIED} so a supervisor restarts the server and recovery runs");
     tracing::error!(shard, "shard stopped after startup: {why}");
-    // SAFETY: _exit ends the process at once; the other cores' state needs
-    // no cleanup (everything acknowledged is durable).
-    unsafe { libc::_exit(EXIT_SHARD_DIED) }
+    // The other cores' state needs no cleanup: everything acknowledged is
+    // durable.
+    exit_now(EXIT_SHARD_DIED)
 }
 
 /// Bumps this core's heartbeat while the core runs tasks.

@@ -145,8 +145,15 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
         head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
         "HEAD has no body: {head}"
     );
-    let with_body = admin_get_method(admin, "GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", "");
-    assert!(!with_body.starts_with("HTTP/1.1 200"), "{with_body}");
+    let with_body = admin_get_method(
+        admin,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "",
+    );
+    assert!(
+        with_body.starts_with("HTTP/1.1 400") && with_body.contains("no body"),
+        "{with_body}"
+    );
     assert!(value(&after, "hematite_request_body_bytes_total").unwrap_or(0.0) > 0.0);
     assert!(after.contains("hematite_wal_fdatasync_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
 

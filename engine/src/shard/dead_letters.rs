@@ -166,16 +166,16 @@ impl<D: Disk> Shard<D> {
 
     /// Step 2, on the dead-letter queue's shard: puts the copy, visible now,
     /// durably. If the queue already holds a message with that id (an
-    /// earlier try of this move), that copy keeps its place and takes the
-    /// text carried now, unless it is one this queue would itself set
-    /// aside: then the move is refused for now, so the original stays. If the message has expired
+    /// earlier try of this move), that copy is left as it is, unless it is
+    /// one this queue would itself set aside: then the move is refused for
+    /// now, so the original stays. If the message has expired
     /// meanwhile, nothing is put (it would be gone anyway).
     pub async fn put_dead_letter(&self, dl: &DeadLetter) -> Result<(), QueueError> {
         let body: Rc<[u8]> = Rc::from(dl.text.as_bytes());
         self.mutate(|st, wal, now| {
             let qid = st.lookup(&dl.account, &dl.to).ok_or(QueueError::QueueNotFound)?;
-            let q = st.queues.get_mut(&qid).expect("named queue exists");
-            if let Some(held) = q.find(&dl.id).cloned() {
+            let q = &st.queues[&qid];
+            if let Some(held) = q.find(&dl.id) {
                 // The copy held here may itself be on its way out (dead-letter
                 // queues that chain back, or a cycle made by racing metadata
                 // changes): if this queue would set it aside, the source must
@@ -192,15 +192,11 @@ impl<D: Disk> Shard<D> {
                         ),
                     });
                 }
-                // An earlier try of this move left this copy. The original
-                // may have changed since (an Update with new text while the
-                // queue's dead-letter settings were changed and changed
-                // back): the copy takes the text the move carries now,
-                // keeping its place, receipt and count, so the original is
-                // never deleted with a newer text than its copy keeps.
-                let pos = self.replace(q, wal, &held, held.clone(), body)?;
-                q.last_lsn = pos.lsn;
-                return Ok(((), pos.lsn));
+                // An earlier try of this move left this copy, and consumers
+                // of this queue may have received or updated it since: it
+                // is left exactly as it is (overwriting it could undo an
+                // acknowledged Update, or change a text a consumer holds).
+                return Ok(((), q.last_lsn));
             }
             if dl.expires_ms <= now {
                 return Ok(((), q.last_lsn));
