@@ -104,12 +104,44 @@ fn connections_over_the_limit_get_503() {
 
 #[test]
 fn hostile_bodies_headers_and_queries() {
-    let server = Server::start(&[]);
-    let mut c = client::Client::new(server.port);
-    assert_eq!(
-        c.call("PUT", "/devstoreaccount1/hostileq", &[], b"").unwrap().status,
-        201
+    hostile_inputs(&Server::start(&[]));
+}
+
+/// The same hostile inputs inside TLS.
+#[test]
+fn hostile_bodies_headers_and_queries_over_tls() {
+    hostile_inputs(&Server::start_tls(&[]));
+}
+
+/// A client that dribbles its TLS handshake is cut off at the idle
+/// timeout: the handshake happens inside the first read, under its deadline.
+#[test]
+fn a_dribbled_tls_handshake_is_cut_off() {
+    let server = Server::start_tls(&["--idle-timeout-secs", "2"]);
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let start = Instant::now();
+    let mut closed = false;
+    // A TLS handshake record header, then its body a byte at a time.
+    for b in [0x16u8, 0x03, 0x01, 0x02, 0x00].iter().chain([0x01u8; 40].iter()) {
+        std::thread::sleep(Duration::from_millis(200));
+        if s.write_all(std::slice::from_ref(b)).is_err() || start.elapsed() > Duration::from_secs(6) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed || closed_within(&mut s, Duration::from_secs(3)),
+        "a dribbling handshake must be cut off"
     );
+    assert!(start.elapsed() < Duration::from_secs(9));
+    server.healthy();
+}
+
+/// Hostile XML bodies, auth headers, a huge query and pipelined garbage;
+/// the server answers each as it should and stays healthy.
+fn hostile_inputs(server: &Server) {
+    let put = server.raw(server.signed("PUT", "/devstoreaccount1/hostileq", b"").as_bytes());
+    assert!(put.starts_with("HTTP/1.1 201"), "{put}");
     let deep = format!("{}x{}", "<a>".repeat(10_000), "</a>".repeat(10_000));
     let bomb = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;">]><QueueMessage><MessageText>&lol2;</MessageText></QueueMessage>"#;
     let external = r#"<!DOCTYPE x [<!ENTITY xxe SYSTEM "file:///etc/passwd">]><QueueMessage><MessageText>&xxe;</MessageText></QueueMessage>"#;
@@ -121,13 +153,10 @@ fn hostile_bodies_headers_and_queries() {
         b"<QueueMessage><MessageText>unterminated".to_vec(),
     ];
     for body in bodies {
-        let r = c
-            .call("POST", "/devstoreaccount1/hostileq/messages", &[], &body)
-            .unwrap();
-        assert_eq!(
-            (r.status, r.code()),
-            (400, "InvalidXmlDocument"),
-            "{}",
+        let r = server.raw(&server.signed_bytes("POST", "/devstoreaccount1/hostileq/messages", &body));
+        assert!(
+            r.starts_with("HTTP/1.1 400") && r.contains("x-ms-error-code: InvalidXmlDocument"),
+            "{}: {r}",
             String::from_utf8_lossy(&body[..body.len().min(60)])
         );
     }

@@ -16,19 +16,61 @@ pub use hematite_tests::client;
 pub struct Server {
     pub child: Child,
     pub port: u16,
+    /// The server serves HTTPS (tests/certs); `raw` and `healthy` use TLS.
+    pub tls: bool,
     _dir: tempfile::TempDir,
+}
+
+/// The test certificates (tests/certs).
+pub fn certs() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/certs")
+}
+
+/// A rustls client that trusts the test CA.
+pub fn tls_client_config() -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(certs().join("ca.pem")).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
 }
 
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
+        Self::launch(extra, false)
+    }
+
+    /// The same server, serving HTTPS with the test certificate.
+    pub fn start_tls(extra: &[&str]) -> Server {
+        Self::launch(extra, true)
+    }
+
+    fn launch(extra: &[&str], tls: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let port = proc::free_port();
+        let (cert, key) = (certs().join("server.pem"), certs().join("server.key"));
         let mut args = vec!["--shards", "1", "--io-memory-kib", "512"];
+        if tls {
+            args.extend(["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+        }
         args.extend_from_slice(extra);
         let bin = std::env::var("HEMATITE_BIN_UNDER_TEST").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hematite").into());
         let cmd = proc::command(bin.as_ref(), port, dir.path(), &args);
         let child = proc::spawn_ready(cmd).expect("hematite starts");
-        Server { child, port, _dir: dir }
+        Server {
+            child,
+            port,
+            tls,
+            _dir: dir,
+        }
     }
 
     pub fn client(&self) -> Client {
@@ -37,6 +79,11 @@ impl Server {
 
     /// A fresh connection answers a signed request.
     pub fn healthy(&self) {
+        if self.tls {
+            let resp = self.raw(self.signed("GET", "/devstoreaccount1/?comp=list", b"").as_bytes());
+            assert!(resp.starts_with("HTTP/1.1 200"), "unhealthy over TLS: {resp}");
+            return;
+        }
         let mut c = self.client();
         c.call("GET", "/devstoreaccount1/?comp=list", &[], b"")
             .map(|r| assert_eq!(r.status, 200, "{}", r.body))
@@ -48,9 +95,17 @@ impl Server {
     pub fn raw(&self, bytes: &[u8]) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(bytes).unwrap();
         let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
+        if self.tls {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let conn = rustls::ClientConnection::new(tls_client_config(), name).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, s);
+            tls.write_all(bytes).unwrap();
+            let _ = tls.read_to_end(&mut out);
+        } else {
+            s.write_all(bytes).unwrap();
+            let _ = s.read_to_end(&mut out);
+        }
         String::from_utf8_lossy(&out).into_owned()
     }
 
@@ -66,9 +121,13 @@ impl Server {
 
     /// A request signed for `target`, as bytes, with `Connection: close`.
     pub fn signed(&self, method: &str, target: &str, body: &[u8]) -> String {
+        String::from_utf8(self.signed_bytes(method, target, body)).unwrap()
+    }
+
+    /// The same as bytes (for bodies that are not UTF-8).
+    pub fn signed_bytes(&self, method: &str, target: &str, body: &[u8]) -> Vec<u8> {
         let key = base64_key();
-        let bytes = signed_request(self.port, &key, method, target, &[("Connection", "close")], body).unwrap();
-        String::from_utf8(bytes).unwrap()
+        signed_request(self.port, &key, method, target, &[("Connection", "close")], body).unwrap()
     }
 }
 
