@@ -40,39 +40,23 @@ pub struct Admin<D: Disk> {
 
 /// Serves the admin address until `stop`.
 pub async fn serve<D: Disk>(listener: TcpListener, admin: Rc<Admin<D>>, stop: Arc<AtomicBool>) {
-    loop {
-        let accept = async { Some(listener.accept().await) };
-        let stopping = async {
-            while !stop.load(Ordering::Relaxed) {
-                glommio::timer::sleep(Duration::from_millis(100)).await;
-            }
-            None
-        };
-        match futures_lite::future::or(accept, stopping).await {
-            None => return,
-            Some(Ok(stream)) => {
-                if admin.open.get() >= MAX_ADMIN_CONNECTIONS {
-                    drop(stream);
-                    continue;
-                }
-                admin.open.set(admin.open.get().saturating_add(1));
-                let admin = admin.clone();
-                glommio::spawn_local(async move {
-                    let exchange = async {
-                        answer(stream, &admin).await;
-                    };
-                    // A client that sends slowly or never reads is cut off.
-                    let cut = glommio::timer::sleep(ADMIN_EXCHANGE_TIMEOUT);
-                    futures_lite::future::or(exchange, cut).await;
-                    admin.open.set(admin.open.get().saturating_sub(1));
-                })
-                .detach();
-            }
-            Some(Err(e)) => {
-                tracing::warn!("admin accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
+    while let Some(stream) = crate::runtime::next_connection(&listener, &stop, "admin").await {
+        if admin.open.get() >= MAX_ADMIN_CONNECTIONS {
+            drop(stream);
+            continue;
         }
+        admin.open.set(admin.open.get().saturating_add(1));
+        let admin = admin.clone();
+        glommio::spawn_local(async move {
+            let exchange = async {
+                answer(stream, &admin).await;
+            };
+            // A client that sends slowly or never reads is cut off.
+            let cut = glommio::timer::sleep(ADMIN_EXCHANGE_TIMEOUT);
+            futures_lite::future::or(exchange, cut).await;
+            admin.open.set(admin.open.get().saturating_sub(1));
+        })
+        .detach();
     }
 }
 

@@ -629,41 +629,50 @@ async fn accept_until_stopped<D: Disk>(
     reaper: &Rc<Reaper>,
     large: &Rc<LargeBodies>,
 ) {
+    while let Some(stream) = next_connection(listener, stop, "client").await {
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.ip())
+            .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+        let _ = stream.set_nodelay(true);
+        let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
+        let (ctx, stop, conns, reaper, large) =
+            (ctx.clone(), stop.clone(), conns.clone(), reaper.clone(), large.clone());
+        match &ctx.tls {
+            None => {
+                glommio::spawn_local(serve(stream, fd, peer, ctx, stop, conns, reaper, large)).detach();
+            }
+            Some(tls) => match crate::tls::TlsStream::new(stream, tls.clone()) {
+                Ok(s) => {
+                    glommio::spawn_local(serve(s, fd, peer, ctx, stop, conns, reaper, large)).detach();
+                }
+                Err(e) => tracing::warn!(shard = i, "TLS session setup failed: {e}"),
+            },
+        }
+    }
+}
+
+/// The next connection on `listener`, or `None` once `stop` is set (checked
+/// every 100 ms). A failed accept is logged and retried after a pause, so a
+/// full file table does not spin the core. Serves the data port and the
+/// admin address alike.
+pub(crate) async fn next_connection(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    what: &str,
+) -> Option<glommio::net::TcpStream> {
     loop {
         let accept = async { Some(listener.accept().await) };
         let stopping = async {
-            loop {
+            while !stop.load(Ordering::Relaxed) {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
             }
+            None
         };
-        match futures_lite::future::or(accept, stopping).await {
-            None => return,
-            Some(Ok(stream)) => {
-                let peer = stream
-                    .peer_addr()
-                    .map(|a| a.ip())
-                    .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
-                let _ = stream.set_nodelay(true);
-                let fd = std::os::unix::io::AsRawFd::as_raw_fd(&stream);
-                let (ctx, stop, conns, reaper, large) =
-                    (ctx.clone(), stop.clone(), conns.clone(), reaper.clone(), large.clone());
-                match &ctx.tls {
-                    None => {
-                        glommio::spawn_local(serve(stream, fd, peer, ctx, stop, conns, reaper, large)).detach();
-                    }
-                    Some(tls) => match crate::tls::TlsStream::new(stream, tls.clone()) {
-                        Ok(s) => {
-                            glommio::spawn_local(serve(s, fd, peer, ctx, stop, conns, reaper, large)).detach();
-                        }
-                        Err(e) => tracing::warn!(shard = i, "TLS session setup failed: {e}"),
-                    },
-                }
-            }
-            Some(Err(e)) => {
-                tracing::warn!(shard = i, "accept failed: {e}");
+        match futures_lite::future::or(accept, stopping).await? {
+            Ok(stream) => return Some(stream),
+            Err(e) => {
+                tracing::warn!("accepting a {what} connection failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

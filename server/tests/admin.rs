@@ -4,27 +4,9 @@
 //! Poisoned shards turning /readyz to 503 are in faults.rs (they need the
 //! fault-injection build).
 
-use hematite_tests::{client, proc};
+mod support;
 use std::io::{Read, Write};
-
-fn admin_get(port: u16, path: &str) -> String {
-    admin_get_method(port, "GET", path)
-}
-
-/// `method path` on the admin address; with an empty path, `method` is
-/// the whole request.
-fn admin_get_method(port: u16, method: &str, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let req = if path.is_empty() {
-        method.to_string()
-    } else {
-        format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n")
-    };
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
+use support::{admin_get, admin_request, client, proc};
 
 /// The value of one exposition line, by its name and labels exactly.
 fn value(scrape: &str, series: &str) -> Option<f64> {
@@ -140,12 +122,12 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
         value(&after, r#"hematite_requests_total{operation="unframed",status="400"}"#),
         Some(1.0)
     );
-    let head = admin_get_method(admin, "HEAD", "/metrics");
+    let head = admin_request(admin, "HEAD", "/metrics");
     assert!(
         head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
         "HEAD has no body: {head}"
     );
-    let with_body = admin_get_method(
+    let with_body = admin_request(
         admin,
         "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
         "",

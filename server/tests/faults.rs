@@ -8,7 +8,8 @@ use client::Client;
 use std::io::Read;
 use std::process::Child;
 
-use hematite_tests::proc;
+mod support;
+use support::{admin_get, proc};
 
 use hematite_tests::client;
 
@@ -23,17 +24,6 @@ fn start(dir: &std::path::Path, port: u16, env: &[(&str, String)]) -> Child {
         cmd.env(k, v);
     }
     proc::spawn_ready(cmd).expect("hematite starts")
-}
-
-/// A GET on the admin address; the whole answer.
-fn admin_get(port: u16, path: &str) -> String {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 fn put(c: &mut Client, q: &str, text: &str) -> u16 {

@@ -143,3 +143,23 @@ pub fn base64_key() -> Vec<u8> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.decode(KEY).unwrap()
 }
+
+/// `method path` on the admin address (`--admin-addr`), the whole answer;
+/// with an empty path, `method` is the whole request.
+pub fn admin_request(port: u16, method: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let req = if path.is_empty() {
+        method.to_string()
+    } else {
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+    };
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A GET on the admin address.
+pub fn admin_get(port: u16, path: &str) -> String {
+    admin_request(port, "GET", path)
+}
