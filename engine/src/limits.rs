@@ -78,6 +78,12 @@ pub const SEGMENT_HEADER_LEN: u64 = 4096;
 /// Anything larger on disk is corruption.
 pub const MAX_RECORD_BODY: usize = MAX_MESSAGE_BYTES_CEILING + 64 * 1024;
 const _: () = assert!(max_append_body(MAX_MESSAGE_BYTES_CEILING) <= MAX_RECORD_BODY);
+/// Dead segments kept as spare files for the next rotations instead of
+/// being deleted (docs/STORAGE_FORMAT.md, "Recycled segments"): commits into
+/// a reused file overwrite written blocks, and no deletion (a discard on this
+/// machine's ext4) runs beside the commits. Each spare holds one segment's
+/// disk space.
+pub const MAX_SPARE_SEGMENTS: usize = 2;
 /// Default segment size at which the writer rotates.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Largest record body the writer appends with Azure's message size: a full

@@ -984,7 +984,9 @@ impl World {
                 let data = bytes.get(pos as usize..pos as usize + len)?.to_vec();
                 let others: Vec<u64> = candidates
                     .iter()
-                    .filter(|w| w.0 == name && w.1 != pos && w.1 >= 4096)
+                    // a write at least as long, so the copy lands only on
+                    // bytes that write put there
+                    .filter(|w| w.0 == name && w.1 != pos && w.1 >= 4096 && w.2 >= len)
                     .map(|w| w.1)
                     .collect();
                 let target = *others.get(self.rng.gen_range(0..others.len().max(1)))?;

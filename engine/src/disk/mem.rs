@@ -83,6 +83,10 @@ impl Disk for MemDisk {
         self.files.borrow_mut().remove(name).map(drop).ok_or_else(not_found)
     }
 
+    fn keeps_spares(&self) -> bool {
+        false
+    }
+
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let mut files = self.files.borrow_mut();
         let inode = files.remove(from).ok_or_else(not_found)?;

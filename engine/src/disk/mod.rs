@@ -31,6 +31,11 @@ pub trait Disk: Clone + 'static {
     async fn sync_dir(&self) -> io::Result<()>;
     /// A human name for `name` (its full path), for error messages.
     fn describe(&self, name: &str) -> String;
+    /// Whether the log keeps dead segments as spare files to reuse. Off for
+    /// a disk in memory, where a spare would only hold memory.
+    fn keeps_spares(&self) -> bool {
+        true
+    }
 }
 
 /// One open file. Writes must be aligned to [`DiskFile::alignment`] in both

@@ -222,16 +222,25 @@ impl SimDisk {
         }
     }
 
-    /// Writes made so far, newest first, with the name their file has now
-    /// (writes to files since removed are left out).
+    /// Writes made so far, newest first, with the name their file has now.
+    /// Left out: writes to files since removed, and writes a newer write to
+    /// the same file overlaps (a reused file's earlier life): their bytes
+    /// are no longer what the file holds there.
     pub fn writes_newest_first(&self) -> Vec<(String, u64, usize)> {
         let st = self.st.borrow();
         let names: HashMap<u64, &String> = st.live_names.iter().map(|(n, i)| (*i, n)).collect();
-        st.writes
-            .iter()
-            .rev()
-            .filter_map(|(ino, pos, len)| names.get(ino).map(|n| ((*n).clone(), *pos, *len)))
-            .collect()
+        let mut newer: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+        let mut out = Vec::new();
+        for &(ino, pos, len) in st.writes.iter().rev() {
+            let end = pos + len as u64;
+            let seen = newer.entry(ino).or_default();
+            let covered = seen.iter().any(|&(p, e)| p < end && pos < e);
+            seen.push((pos, end));
+            if let (false, Some(n)) = (covered, names.get(&ino)) {
+                out.push(((*n).clone(), pos, len));
+            }
+        }
+        out
     }
 
     /// The device's logical block and physical sector sizes.

@@ -2,16 +2,20 @@
 //! (docs/STORAGE_FORMAT.md is the prose version of this file).
 //!
 //! ```text
-//! segment header (SEGMENT_HEADER_LEN bytes, only the first 56 used, rest zero)
+//! segment header (SEGMENT_HEADER_LEN bytes, only the first 60 used, rest zero)
 //!   0  magic      [u8; 8] = "HEMATWAL"
-//!   8  version    u32
+//!   8  version    u32   1, or 2 when a flag is set
 //!  12  shard_id   u32
 //!  16  seq        u64   segment sequence number, also in the file name
 //!  24  base_lsn   u64   every LSN in the segment is >= this
 //!  32  salt       u64   random per segment; seeds every checksum inside it
 //!  40  created_ms u64
 //!  48  alignment  u32   device block size commits were aligned to
+//!  version 1:
 //!  52  crc        u32   crc32 of bytes 0..52
+//!  version 2:
+//!  52  flags      u32   bit 0: recycled (the file held an older segment)
+//!  56  crc        u32   crc32 of bytes 0..56
 //!
 //! frame (little endian, FRAME_HEADER_LEN = 24)
 //!   0  header_crc u32   crc32 of bytes 4..24, seeded from the salt
@@ -29,9 +33,16 @@
 use crate::limits::{MAX_RECORD_BODY, SEGMENT_HEADER_LEN};
 
 pub const MAGIC: [u8; 8] = *b"HEMATWAL";
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest header version this build writes and reads. A header with no
+/// flag set is still written as version 1, so a log that never recycled a
+/// file stays readable by builds that predate version 2.
+pub const FORMAT_VERSION: u32 = 2;
 pub const FRAME_HEADER_LEN: usize = 24;
-const SEGMENT_HEADER_USED: usize = 56;
+const SEGMENT_HEADER_USED: usize = 60;
+/// Header flag: the segment reuses the file of a dead one, so the bytes past
+/// its last commit are the old segment's frames, not zeros (they never
+/// validate: another salt seeded them).
+const FLAG_RECYCLED: u32 = 1;
 
 /// The fixed fields at the start of every segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +54,10 @@ pub struct SegmentHeader {
     pub created_ms: u64,
     /// Every commit starts at a multiple of this.
     pub alignment: u32,
+    /// The file held an older segment (docs/STORAGE_FORMAT.md, "Recycled
+    /// segments"): recovery reads a frame that does not validate at a
+    /// commit boundary as the end of the data, as it reads zeros.
+    pub recycled: bool,
 }
 
 /// Why a segment header did not validate.
@@ -57,15 +72,22 @@ impl SegmentHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; SEGMENT_HEADER_LEN as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&self.shard_id.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.base_lsn.to_le_bytes());
         b[32..40].copy_from_slice(&self.salt.to_le_bytes());
         b[40..48].copy_from_slice(&self.created_ms.to_le_bytes());
         b[48..52].copy_from_slice(&self.alignment.to_le_bytes());
-        let crc = crc32fast::hash(&b[0..52]);
-        b[52..56].copy_from_slice(&crc.to_le_bytes());
+        if self.recycled {
+            b[8..12].copy_from_slice(&2u32.to_le_bytes());
+            b[52..56].copy_from_slice(&FLAG_RECYCLED.to_le_bytes());
+            let crc = crc32fast::hash(&b[0..56]);
+            b[56..60].copy_from_slice(&crc.to_le_bytes());
+        } else {
+            b[8..12].copy_from_slice(&1u32.to_le_bytes());
+            let crc = crc32fast::hash(&b[0..52]);
+            b[52..56].copy_from_slice(&crc.to_le_bytes());
+        }
         b
     }
 
@@ -76,15 +98,23 @@ impl SegmentHeader {
         if b[0..8] != MAGIC {
             return Err(HeaderError::Invalid("bad magic".into()));
         }
-        let crc = u32::from_le_bytes(b[52..56].try_into().expect("4 bytes"));
-        if crc != crc32fast::hash(&b[0..52]) {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        // The version decides where the checksum is; it is believed only
+        // once that checksum matches.
+        let (covered, flags) = match u32_at(8) {
+            1 => (52, 0),
+            2 => (56, u32_at(52)),
+            version => {
+                return Err(HeaderError::Invalid(format!(
+                    "format version {version}, this build reads 1 to {FORMAT_VERSION}"
+                )))
+            }
+        };
+        if u32_at(covered) != crc32fast::hash(&b[0..covered]) {
             return Err(HeaderError::Invalid("segment header checksum mismatch".into()));
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
-            return Err(HeaderError::Invalid(format!(
-                "format version {version}, this build reads {FORMAT_VERSION}"
-            )));
+        if flags & !FLAG_RECYCLED != 0 {
+            return Err(HeaderError::Invalid(format!("unknown segment header flags {flags:#x}")));
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let alignment = u32::from_le_bytes(b[48..52].try_into().expect("4 bytes"));
@@ -98,6 +128,7 @@ impl SegmentHeader {
             base_lsn: u64_at(24),
             salt: u64_at(32),
             created_ms: u64_at(40),
+            recycled: flags & FLAG_RECYCLED != 0,
         })
     }
 
@@ -230,13 +261,36 @@ mod tests {
             salt: 77,
             created_ms: 5,
             alignment: 512,
+            recycled: false,
         };
         let b = h.encode();
         assert_eq!(b.len() as u64, SEGMENT_HEADER_LEN);
+        assert_eq!(
+            u32::from_le_bytes(b[8..12].try_into().unwrap()),
+            1,
+            "no flag: still version 1"
+        );
         assert_eq!(SegmentHeader::decode(&b), Ok(h));
         assert_eq!(SegmentHeader::decode(&[0u8; 4096]), Err(HeaderError::Blank));
         let mut c = b.clone();
         c[20] ^= 1;
         assert!(matches!(SegmentHeader::decode(&c), Err(HeaderError::Invalid(_))));
+        // version 2 carries the recycled flag under a checksum that covers it
+        let r = SegmentHeader { recycled: true, ..h };
+        let b2 = r.encode();
+        assert_eq!(u32::from_le_bytes(b2[8..12].try_into().unwrap()), 2);
+        assert_eq!(SegmentHeader::decode(&b2), Ok(r));
+        for byte in [8, 52, 53, 56] {
+            let mut c = b2.clone();
+            c[byte] ^= 1;
+            assert!(
+                matches!(SegmentHeader::decode(&c), Err(HeaderError::Invalid(_))),
+                "byte {byte}"
+            );
+        }
+        // a version-1 header never reads as recycled, whatever follows its checksum
+        let mut c = b.clone();
+        c[56] = 0xff;
+        assert_eq!(SegmentHeader::decode(&c), Ok(h));
     }
 }

@@ -43,7 +43,20 @@ pub fn segment_name(seq: u64) -> String {
 }
 
 pub fn parse_segment_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".wal")?;
+    parse_numbered(name.strip_suffix(".wal")?)
+}
+
+/// The name a dead segment's file takes while it waits to be reused. Not a
+/// segment name, so recovery never reads it as part of the log.
+fn spare_name(seq: u64) -> String {
+    format!("{seq:020}.spare")
+}
+
+fn parse_spare_name(name: &str) -> Option<u64> {
+    parse_numbered(name.strip_suffix(".spare")?)
+}
+
+fn parse_numbered(stem: &str) -> Option<u64> {
     (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
 }
 
@@ -189,8 +202,19 @@ struct State<F> {
     stats: CommitStats,
     /// Buffers of written batches, kept for the next ones.
     spare: Vec<Vec<u8>>,
+    /// Files of dead segments, renamed to their spare name (durably), to be
+    /// reused by the next segments (at most `MAX_SPARE_SEGMENTS`).
+    spare_files: Vec<SpareFile<F>>,
     /// Where a record's body is encoded before it is framed (reused).
     scratch: Vec<u8>,
+}
+
+/// A dead segment's file waiting to be reused.
+struct SpareFile<F> {
+    name: String,
+    /// Shared with readers that opened the segment while it was live: the
+    /// file is reused only once they are all gone.
+    file: Rc<F>,
 }
 
 /// The log. See the module docs for the protocol.
@@ -235,10 +259,12 @@ impl<D: Disk> Wal<D> {
                 commits: 0,
                 stats: CommitStats::default(),
                 spare: Vec::new(),
+                spare_files: Vec::new(),
                 scratch: Vec::new(),
             }),
             changed: Event::new(),
         };
+        wal.adopt_spares().await?;
         // Every start writes into a segment of its own: a recovered segment is
         // sealed and never appended to again.
         wal.prepare(now_ms).await?;
@@ -339,44 +365,40 @@ impl<D: Disk> Wal<D> {
         }
     }
 
-    /// Creates the next segment durably: file, preallocation, header,
-    /// fdatasync, directory fsync. Only then may records go into it.
+    /// Creates the next segment durably: file (a spare one if there is one),
+    /// preallocation, header, fdatasync, directory fsync. Only then may
+    /// records go into it.
     async fn prepare(&self, now_ms: u64) -> Result<(), StorageError> {
-        let (seq, base_lsn) = {
+        let (seq, base_lsn, spare) = {
             let mut st = self.st.borrow_mut();
             if st.prepared.is_some() || st.preparing {
                 return Ok(());
             }
             st.preparing = true;
-            (st.tail_seg + 1, st.next_lsn)
+            (st.tail_seg + 1, st.next_lsn, Self::take_spare(&mut st))
         };
         let name = segment_name(seq);
         let started = Instant::now();
+        let recycled = spare.is_some();
         let result = async {
-            let io = |e| StorageError::io(self.disk.describe(&name), e);
-            let file = self.disk.create(&name).await.map_err(io)?;
-            let header = SegmentHeader {
+            let header = |file: &D::File| SegmentHeader {
                 alignment: file.alignment() as u32,
                 shard_id: self.cfg.shard_id,
                 seq,
                 base_lsn,
                 salt: rand::random(),
                 created_ms: now_ms,
+                recycled,
             };
-            let made = async {
-                file.allocate(self.cfg.segment_bytes).await?;
-                file.write_at(&header.encode(), 0).await?;
-                file.sync().await?;
-                self.disk.sync_dir().await
-            }
-            .await;
-            if let Err(e) = made {
-                drop(file);
-                let _ = self.disk.remove(&name).await;
-                return Err(io(e));
-            }
+            let (file, header) = match spare {
+                Some(spare) => {
+                    let h = header(&spare.file);
+                    (self.reuse(spare, &name, &h).await?, h)
+                }
+                None => self.create(&name, &header).await?,
+            };
             Ok(Segment {
-                file: Rc::new(file),
+                file,
                 header,
                 end: SEGMENT_HEADER_LEN,
                 sealed: false,
@@ -388,6 +410,7 @@ impl<D: Disk> Wal<D> {
         tracing::debug!(
             shard = self.cfg.shard_id,
             ms = started.elapsed().as_millis() as u64,
+            recycled,
             "prepared segment {name}"
         );
         let mut st = self.st.borrow_mut();
@@ -402,6 +425,98 @@ impl<D: Disk> Wal<D> {
         drop(st);
         self.changed.notify(usize::MAX);
         out
+    }
+
+    /// A new file for segment `name`: created, preallocated, its header
+    /// written and synced, the directory synced. Removed again on failure.
+    async fn create(
+        &self,
+        name: &str,
+        header: &dyn Fn(&D::File) -> SegmentHeader,
+    ) -> Result<(Rc<D::File>, SegmentHeader), StorageError> {
+        let io = |e| StorageError::io(self.disk.describe(name), e);
+        let file = self.disk.create(name).await.map_err(io)?;
+        let header = header(&file);
+        let made = async {
+            file.allocate(self.cfg.segment_bytes).await?;
+            file.write_at(&header.encode(), 0).await?;
+            file.sync().await?;
+            self.disk.sync_dir().await
+        }
+        .await;
+        if let Err(e) = made {
+            drop(file);
+            let _ = self.disk.remove(name).await;
+            return Err(io(e));
+        }
+        Ok((Rc::new(file), header))
+    }
+
+    /// Turns a spare file into segment `name`. The new header (recycled,
+    /// under a new salt) is durable *before* the file takes the segment's
+    /// name, so the name never shows the old segment's header; the old
+    /// frames behind it never validate under the new salt. A failure drops
+    /// the spare.
+    async fn reuse(
+        &self,
+        spare: SpareFile<D::File>,
+        name: &str,
+        header: &SegmentHeader,
+    ) -> Result<Rc<D::File>, StorageError> {
+        debug_assert!(header.recycled && Rc::strong_count(&spare.file) == 1);
+        let io = |e| StorageError::io(self.disk.describe(name), e);
+        let made = async {
+            if spare.file.size().await? < self.cfg.segment_bytes {
+                spare.file.allocate(self.cfg.segment_bytes).await?;
+            }
+            spare.file.write_at(&header.encode(), 0).await?;
+            spare.file.sync().await?;
+            self.disk.rename(&spare.name, name).await?;
+            self.disk.sync_dir().await
+        }
+        .await;
+        if let Err(e) = made {
+            let _ = self.disk.remove(&spare.name).await;
+            let _ = self.disk.remove(name).await;
+            return Err(io(e));
+        }
+        Ok(spare.file)
+    }
+
+    /// A spare file no reader holds any more, if there is one.
+    fn take_spare(st: &mut State<D::File>) -> Option<SpareFile<D::File>> {
+        let i = st.spare_files.iter().position(|s| Rc::strong_count(&s.file) == 1)?;
+        Some(st.spare_files.swap_remove(i))
+    }
+
+    /// Takes up the spare files a previous run left (up to
+    /// `MAX_SPARE_SEGMENTS`; the rest are deleted).
+    async fn adopt_spares(&self) -> Result<(), StorageError> {
+        let names = self
+            .disk
+            .list()
+            .await
+            .map_err(|e| StorageError::io(self.disk.describe("."), e))?;
+        let mut names: Vec<String> = names.into_iter().filter(|n| parse_spare_name(n).is_some()).collect();
+        names.sort();
+        let mut removed = false;
+        for name in names {
+            let io = |e| StorageError::io(self.disk.describe(&name), e);
+            if self.disk.keeps_spares() && self.st.borrow().spare_files.len() < MAX_SPARE_SEGMENTS {
+                let file = Rc::new(self.disk.open(&name).await.map_err(io)?);
+                self.st.borrow_mut().spare_files.push(SpareFile { name, file });
+            } else {
+                self.disk.remove(&name).await.map_err(io)?;
+                removed = true;
+            }
+        }
+        if removed {
+            self.disk
+                .sync_dir()
+                .await
+                .map_err(|e| StorageError::io(self.disk.describe("."), e))?;
+        }
+        Ok(())
     }
 
     /// Frames `rec` into the open batch and returns where it will be on disk.
@@ -731,20 +846,37 @@ impl<D: Disk> Wal<D> {
         // The records that made it dead must be durable before it disappears.
         let last = self.last_lsn();
         self.wait_durable(last).await?;
-        {
+        let (file, keep) = {
             let mut st = self.st.borrow_mut();
-            let s = &st.segments[&seq];
+            let s = st
+                .segments
+                .remove(&seq)
+                .expect("the candidate is still the oldest segment");
             assert!(s.live_records == 0 && s.sealed, "a dead sealed segment stays dead");
-            st.segments.remove(&seq);
-        }
+            (
+                s.file,
+                self.disk.keeps_spares() && st.spare_files.len() < MAX_SPARE_SEGMENTS,
+            )
+        };
         let name = segment_name(seq);
         let io = |e| StorageError::io(self.disk.describe(&name), e);
         let started = Instant::now();
-        self.disk.remove(&name).await.map_err(io)?;
-        self.disk.sync_dir().await.map_err(io)?;
+        if keep {
+            // Durable before the file is reused: a crash must never find the
+            // segment's name on a file whose header was rewritten.
+            let spare = spare_name(seq);
+            self.disk.rename(&name, &spare).await.map_err(io)?;
+            self.disk.sync_dir().await.map_err(io)?;
+            self.st.borrow_mut().spare_files.push(SpareFile { name: spare, file });
+        } else {
+            drop(file);
+            self.disk.remove(&name).await.map_err(io)?;
+            self.disk.sync_dir().await.map_err(io)?;
+        }
         tracing::debug!(
             shard = self.cfg.shard_id,
             ms = started.elapsed().as_millis() as u64,
+            kept_as_spare = keep,
             "removed dead segment {name}"
         );
         Ok(true)

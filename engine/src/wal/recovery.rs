@@ -138,6 +138,11 @@ async fn scan<F: DiskFile>(
         };
         let fh = match check_header(seed, h) {
             HeaderCheck::Zero => break Stop::Zero { at: pos },
+            // A recycled file holds the old segment's frames past the last
+            // commit, where a fresh one holds zeros: read them as zeros.
+            // (Damage to an acknowledged commit is still found: the later
+            // commit, or the next segment's first LSN, says one is missing.)
+            HeaderCheck::Invalid(_) if header.recycled => break Stop::Zero { at: pos },
             HeaderCheck::Invalid(why) => break Stop::bad(pos, why),
             HeaderCheck::Valid(fh) => fh,
         };
