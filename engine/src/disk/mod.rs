@@ -54,6 +54,8 @@ pub trait DiskFile: 'static {
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
     /// fdatasync: everything written before the call is durable when it returns.
     async fn sync(&self) -> io::Result<()>;
+    /// Goes by the name the file was opened with (glommio's `file_size` is
+    /// a statx of that path): after a rename, open the file again first.
     async fn size(&self) -> io::Result<u64>;
     /// Reserves space up to `len` bytes (the file grows; new bytes read as zero).
     async fn allocate(&self, len: u64) -> io::Result<()>;

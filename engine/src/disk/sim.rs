@@ -283,6 +283,7 @@ impl Disk for SimDisk {
         Ok(SimFile {
             disk: self.clone(),
             ino,
+            name: name.to_string(),
         })
     }
 
@@ -295,6 +296,7 @@ impl Disk for SimDisk {
         Ok(SimFile {
             disk: self.clone(),
             ino,
+            name: name.to_string(),
         })
     }
 
@@ -335,6 +337,8 @@ impl Disk for SimDisk {
 pub struct SimFile {
     disk: SimDisk,
     ino: u64,
+    /// The name it was opened by: `size` goes by it, as glommio's does.
+    name: String,
 }
 
 impl SimFile {
@@ -443,7 +447,12 @@ impl DiskFile for SimFile {
         Ok(())
     }
 
+    /// Like glommio's `DmaFile::file_size` (a statx of the path it was
+    /// opened by): fails once that name is gone or names another file.
     async fn size(&self) -> io::Result<u64> {
+        if self.disk.st.borrow().live_names.get(&self.name) != Some(&self.ino) {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
         Ok(self.with(|n| n.live.len() as u64))
     }
 

@@ -456,7 +456,8 @@ impl<D: Disk> Wal<D> {
     /// under a new salt) is durable *before* the file takes the segment's
     /// name, so the name never shows the old segment's header; the old
     /// frames behind it never validate under the new salt. A failure drops
-    /// the spare.
+    /// the spare. Every spare is a whole segment long (a dead segment of
+    /// this run, or checked when adopted at startup), so no preallocation.
     async fn reuse(
         &self,
         spare: SpareFile<D::File>,
@@ -466,21 +467,23 @@ impl<D: Disk> Wal<D> {
         debug_assert!(header.recycled && Rc::strong_count(&spare.file) == 1);
         let io = |e| StorageError::io(self.disk.describe(name), e);
         let made = async {
-            if spare.file.size().await? < self.cfg.segment_bytes {
-                spare.file.allocate(self.cfg.segment_bytes).await?;
-            }
             spare.file.write_at(&header.encode(), 0).await?;
             spare.file.sync().await?;
             self.disk.rename(&spare.name, name).await?;
-            self.disk.sync_dir().await
+            self.disk.sync_dir().await?;
+            // Opened again by its new name: a handle resolves some calls
+            // (glommio's file_size) by the name it was opened with.
+            self.disk.open(name).await
         }
         .await;
-        if let Err(e) = made {
-            let _ = self.disk.remove(&spare.name).await;
-            let _ = self.disk.remove(name).await;
-            return Err(io(e));
+        match made {
+            Ok(file) => Ok(Rc::new(file)),
+            Err(e) => {
+                let _ = self.disk.remove(&spare.name).await;
+                let _ = self.disk.remove(name).await;
+                Err(io(e))
+            }
         }
-        Ok(spare.file)
     }
 
     /// A spare file no reader holds any more, if there is one.
@@ -502,10 +505,16 @@ impl<D: Disk> Wal<D> {
         let mut removed = false;
         for name in names {
             let io = |e| StorageError::io(self.disk.describe(&name), e);
-            if self.disk.keeps_spares() && self.st.borrow().spare_files.len() < MAX_SPARE_SEGMENTS {
-                let file = Rc::new(self.disk.open(&name).await.map_err(io)?);
-                self.st.borrow_mut().spare_files.push(SpareFile { name, file });
+            let wanted = self.disk.keeps_spares() && self.st.borrow().spare_files.len() < MAX_SPARE_SEGMENTS;
+            let file = self.disk.open(&name).await.map_err(io)?;
+            // A spare from a run with smaller segments is not whole.
+            if wanted && file.size().await.map_err(io)? >= self.cfg.segment_bytes {
+                self.st.borrow_mut().spare_files.push(SpareFile {
+                    name,
+                    file: Rc::new(file),
+                });
             } else {
+                drop(file);
                 self.disk.remove(&name).await.map_err(io)?;
                 removed = true;
             }
