@@ -186,3 +186,64 @@ fn damage_in_the_middle_of_a_reused_tail_is_refused() {
     let e = try_open(&disk, &clock).err().expect("must refuse");
     assert!(matches!(e, StorageError::Corruption { .. }), "{e}");
 }
+
+/// A restart with larger segments: the smaller segments of the earlier run
+/// die and are deleted, not kept, since a reused file must hold a whole
+/// segment (a write past the reserved space could fail on a full disk in
+/// the middle of a commit).
+#[test]
+fn segments_of_a_smaller_size_are_not_reused() {
+    let (disk, clock, s) = fresh();
+    churn(&s, 1_500);
+    drop(s);
+    let mut big = small_config();
+    big.segment_bytes *= 2;
+    let s = block_on(Shard::open(disk.clone(), big.clone(), clock.clone())).unwrap();
+    assert!(
+        disk.file_names().iter().all(|n| !n.ends_with(".spare")),
+        "spares of the smaller size are deleted at startup"
+    );
+    churn(&s, 4_000);
+    assert_eq!(
+        disk.stats().writes_past_allocation,
+        0,
+        "no commit wrote past its reserved space"
+    );
+    for n in disk.file_names().into_iter().filter(|n| n.ends_with(".spare")) {
+        let len = disk.file_bytes(&n).unwrap().len() as u64;
+        assert!(len >= big.segment_bytes, "{n} holds {len} bytes");
+    }
+    assert!(
+        segments(&disk).iter().any(|(_, r)| *r),
+        "segments of the new size are reused"
+    );
+}
+
+/// A log with no record left starts its LSNs again from 1, while spares
+/// from before hold frames with higher LSNs: they are deleted, not reused
+/// (docs/STORAGE_FORMAT.md, "Recycled segments"). In service the latest
+/// CLOCK record always stays live, so only a directory whose segments were
+/// taken away gets here; the test takes them away.
+#[test]
+fn a_log_without_records_deletes_its_spares() {
+    use engine::disk::Disk;
+    let (disk, clock, s) = fresh();
+    churn(&s, 3_000);
+    drop(s);
+    assert!(disk.file_names().iter().any(|n| n.ends_with(".spare")));
+    for n in disk.file_names().into_iter().filter(|n| n.ends_with(".wal")) {
+        block_on(disk.remove(&n)).unwrap();
+    }
+    let s = open(&disk, &clock, small_config());
+    assert_eq!(s.recovery_report().commits_replayed, 0);
+    let names = disk.file_names();
+    assert!(names.iter().all(|n| !n.ends_with(".spare")), "{names:?}");
+    assert!(
+        segments(&disk).iter().all(|(_, recycled)| !recycled),
+        "the new log's first segment is a new file: {:?}",
+        segments(&disk)
+    );
+    // and the fresh log works and reuses its own dead segments later
+    churn(&s, 3_000);
+    assert!(segments(&disk).iter().any(|(_, r)| *r));
+}

@@ -56,6 +56,16 @@ fn parse_spare_name(name: &str) -> Option<u64> {
     parse_numbered(name.strip_suffix(".spare")?)
 }
 
+/// A random salt whose checksum seed is not `old`.
+fn fresh_salt(old: Option<u32>) -> u64 {
+    loop {
+        let salt: u64 = rand::random();
+        if Some(frame::seed_of(salt)) != old {
+            return salt;
+        }
+    }
+}
+
 fn parse_numbered(stem: &str) -> Option<u64> {
     (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit())).then(|| stem.parse().ok())?
 }
@@ -215,6 +225,11 @@ struct SpareFile<F> {
     /// Shared with readers that opened the segment while it was live: the
     /// file is reused only once they are all gone.
     file: Rc<F>,
+    /// The checksum seed of the segment it held last: the next one must
+    /// differ, or that segment's frames would validate again (a CRC's
+    /// starting value shifts every checksum by the same amount, so two
+    /// segments with one seed accept each other's frames).
+    seed: u32,
 }
 
 /// The log. See the module docs for the protocol.
@@ -264,7 +279,7 @@ impl<D: Disk> Wal<D> {
             }),
             changed: Event::new(),
         };
-        wal.adopt_spares().await?;
+        wal.adopt_spares(rec.next_lsn == 1).await?;
         // Every start writes into a segment of its own: a recovered segment is
         // sealed and never appended to again.
         wal.prepare(now_ms).await?;
@@ -381,12 +396,13 @@ impl<D: Disk> Wal<D> {
         let started = Instant::now();
         let recycled = spare.is_some();
         let result = async {
+            let old_seed = spare.as_ref().map(|s| s.seed);
             let header = |file: &D::File| SegmentHeader {
                 alignment: file.alignment() as u32,
                 shard_id: self.cfg.shard_id,
                 seq,
                 base_lsn,
-                salt: rand::random(),
+                salt: fresh_salt(old_seed),
                 created_ms: now_ms,
                 recycled,
             };
@@ -493,8 +509,13 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Takes up the spare files a previous run left (up to
-    /// `MAX_SPARE_SEGMENTS`; the rest are deleted).
-    async fn adopt_spares(&self) -> Result<(), StorageError> {
+    /// `MAX_SPARE_SEGMENTS`; the rest are deleted). `log_is_empty`: recovery
+    /// found no record, so LSNs start again from the bottom and a spare's
+    /// old frames could carry LSNs the new segments will use: such spares
+    /// are deleted too. (With any record left, the log's LSNs already lie
+    /// above every frame in a spare, which died before the segments that
+    /// remain were made, and a segment accepts only LSNs from its base up.)
+    async fn adopt_spares(&self, log_is_empty: bool) -> Result<(), StorageError> {
         let names = self
             .disk
             .list()
@@ -505,18 +526,27 @@ impl<D: Disk> Wal<D> {
         let mut removed = false;
         for name in names {
             let io = |e| StorageError::io(self.disk.describe(&name), e);
-            let wanted = self.disk.keeps_spares() && self.st.borrow().spare_files.len() < MAX_SPARE_SEGMENTS;
+            let wanted =
+                !log_is_empty && self.disk.keeps_spares() && self.st.borrow().spare_files.len() < MAX_SPARE_SEGMENTS;
             let file = self.disk.open(&name).await.map_err(io)?;
-            // A spare from a run with smaller segments is not whole.
-            if wanted && file.size().await.map_err(io)? >= self.cfg.segment_bytes {
-                self.st.borrow_mut().spare_files.push(SpareFile {
+            // Only whole segments, with a header to learn the old seed from.
+            let seed = if wanted && file.size().await.map_err(io)? >= self.cfg.segment_bytes {
+                let head = file.read_at(0, SEGMENT_HEADER_LEN as usize).await.map_err(io)?;
+                SegmentHeader::decode(&head).ok().map(|h| h.seed())
+            } else {
+                None
+            };
+            match seed {
+                Some(seed) => self.st.borrow_mut().spare_files.push(SpareFile {
                     name,
                     file: Rc::new(file),
-                });
-            } else {
-                drop(file);
-                self.disk.remove(&name).await.map_err(io)?;
-                removed = true;
+                    seed,
+                }),
+                None => {
+                    drop(file);
+                    self.disk.remove(&name).await.map_err(io)?;
+                    removed = true;
+                }
             }
         }
         if removed {
@@ -855,28 +885,34 @@ impl<D: Disk> Wal<D> {
         // The records that made it dead must be durable before it disappears.
         let last = self.last_lsn();
         self.wait_durable(last).await?;
-        let (file, keep) = {
+        let (file, seed, room) = {
             let mut st = self.st.borrow_mut();
             let s = st
                 .segments
                 .remove(&seq)
                 .expect("the candidate is still the oldest segment");
             assert!(s.live_records == 0 && s.sealed, "a dead sealed segment stays dead");
-            (
-                s.file,
-                self.disk.keeps_spares() && st.spare_files.len() < MAX_SPARE_SEGMENTS,
-            )
+            let room = self.disk.keeps_spares() && st.spare_files.len() < MAX_SPARE_SEGMENTS;
+            (s.file, s.header.seed(), room)
         };
         let name = segment_name(seq);
         let io = |e| StorageError::io(self.disk.describe(&name), e);
         let started = Instant::now();
+        // Only a whole segment is worth keeping: one made by a run with
+        // smaller segments would grow past its reserved space when reused,
+        // and a full disk would then fail a commit instead of a rotation.
+        let keep = room && file.size().await.map_err(io)? >= self.cfg.segment_bytes;
         if keep {
             // Durable before the file is reused: a crash must never find the
             // segment's name on a file whose header was rewritten.
             let spare = spare_name(seq);
             self.disk.rename(&name, &spare).await.map_err(io)?;
             self.disk.sync_dir().await.map_err(io)?;
-            self.st.borrow_mut().spare_files.push(SpareFile { name: spare, file });
+            self.st.borrow_mut().spare_files.push(SpareFile {
+                name: spare,
+                file,
+                seed,
+            });
         } else {
             drop(file);
             self.disk.remove(&name).await.map_err(io)?;
