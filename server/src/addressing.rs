@@ -153,7 +153,9 @@ pub fn parse_target(req: &Request, addressing: &Addressing) -> Result<Target, Ap
             ));
         }
         let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
-        query.push((form_decode(n)?.to_ascii_lowercase(), form_decode(v)?));
+        let mut name = form_decode(n)?;
+        name.make_ascii_lowercase();
+        query.push((name, form_decode(v)?));
     }
     check_query(&query)?;
     if has_bad_escape(raw_path) {

@@ -311,21 +311,27 @@ pub struct Sas {
 
 impl Sas {
     pub fn from_target(t: &Target) -> Option<Sas> {
-        let get = |n: &str| t.param(n).map(str::to_string);
-        let sas = Sas {
-            sv: get("sv"),
-            ss: get("ss"),
-            srt: get("srt"),
-            sp: get("sp"),
-            st: get("st"),
-            se: get("se"),
-            sip: get("sip"),
-            spr: get("spr"),
-            si: get("si"),
-            ses: get("ses"),
-            sig: get("sig"),
-            skoid: get("skoid"),
-        };
+        // One pass over the query (a name appears at most once: parse_target
+        // refuses repeats).
+        let mut sas = Sas::default();
+        for (name, value) in &t.query {
+            let slot = match name.as_str() {
+                "sv" => &mut sas.sv,
+                "ss" => &mut sas.ss,
+                "srt" => &mut sas.srt,
+                "sp" => &mut sas.sp,
+                "st" => &mut sas.st,
+                "se" => &mut sas.se,
+                "sip" => &mut sas.sip,
+                "spr" => &mut sas.spr,
+                "si" => &mut sas.si,
+                "ses" => &mut sas.ses,
+                "sig" => &mut sas.sig,
+                "skoid" => &mut sas.skoid,
+                _ => continue,
+            };
+            *slot = Some(value.clone());
+        }
         sas.sig.is_some().then_some(sas)
     }
 }
