@@ -20,12 +20,6 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::rc::Rc;
 
-const CRASHES: [CrashMode; 3] = [
-    CrashMode::LoseUnsynced,
-    CrashMode::TearUnsynced { seed: 1 },
-    CrashMode::TearUnsynced { seed: 2 },
-];
-
 /// A shard whose oldest segment is sealed and mostly dead, holding the
 /// three live messages of queue `keep` ("A", "B", "C"): the next
 /// maintenance rewrites them. Their bodies are not in the cache (24 live

@@ -119,11 +119,7 @@ fn failed_fdatasync_poisons_and_acknowledges_nothing() {
         other => panic!("{other:?}"),
     }
     drop(s);
-    for mode in [
-        CrashMode::LoseUnsynced,
-        CrashMode::TearUnsynced { seed: 1 },
-        CrashMode::TearUnsynced { seed: 2 },
-    ] {
+    for mode in CRASHES {
         let s = open(&disk.crash(mode), &clock, small_config());
         let after = block_on(s.dump()).unwrap();
         let msgs = &after[&(ACCT.to_string(), "work".to_string())].messages;

@@ -81,11 +81,7 @@ fn reused_files_keep_every_acknowledged_record_across_crashes() {
     let s = open(&disk, &clock, small_config());
     assert_eq!(block_on(s.dump()).unwrap(), before, "clean restart");
     drop(s);
-    for mode in [
-        CrashMode::LoseUnsynced,
-        CrashMode::TearUnsynced { seed: 1 },
-        CrashMode::TearUnsynced { seed: 2 },
-    ] {
+    for mode in CRASHES {
         let s = open(&disk.crash(mode), &clock, small_config());
         assert_eq!(block_on(s.dump()).unwrap(), before, "{mode:?}");
     }

@@ -2,7 +2,7 @@
 //! Shared helpers for the engine's integration tests: a shard on the
 //! simulated disk with a manual clock.
 
-use engine::disk::sim::SimDisk;
+use engine::disk::sim::{CrashMode, SimDisk};
 use engine::shard::ShardConfig;
 use engine::{ManualClock, Shard};
 use futures::executor::block_on;
@@ -10,6 +10,14 @@ use std::rc::Rc;
 
 pub const ACCT: &str = "devstoreaccount1";
 pub const T0: u64 = 1_800_000_000_000;
+
+/// The crashes every durability test replays: unsynced writes lost, and
+/// torn two ways.
+pub const CRASHES: [CrashMode; 3] = [
+    CrashMode::LoseUnsynced,
+    CrashMode::TearUnsynced { seed: 1 },
+    CrashMode::TearUnsynced { seed: 2 },
+];
 
 pub fn small_config() -> ShardConfig {
     let mut cfg = ShardConfig::new(0);
