@@ -194,7 +194,7 @@ fn segments_of_a_smaller_size_are_not_reused() {
     drop(s);
     let mut big = small_config();
     big.segment_bytes *= 2;
-    let s = block_on(Shard::open(disk.clone(), big.clone(), clock.clone())).unwrap();
+    let s = block_on(Shard::open(disk.clone(), big, clock.clone())).unwrap();
     assert!(
         disk.file_names().iter().all(|n| !n.ends_with(".spare")),
         "spares of the smaller size are deleted at startup"
