@@ -255,6 +255,9 @@ impl Shards {
                 tx: exit_tx.clone(),
             };
             let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
+            // No spin_before_park: glommio's spin polls its rings without a
+            // syscall and would miss completions COOP_TASKRUN defers
+            // (docs/decisions/0005-io-uring-coop-taskrun.md).
             let h = LocalExecutorBuilder::new(Placement::Fixed(cpu))
                 .name(&format!("shard-{i}"))
                 .io_memory(cfg.io_memory_kib * 1024)
