@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::handler::{handle, Ctx};
 use crate::http::{FrameError, Hangup, LargeBodies, Reader, Request};
 use crate::limits::*;
-use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -227,11 +227,33 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
             }
         }
     }
-    if !out.is_empty() {
+    let answered = !out.is_empty();
+    if answered {
         let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
     }
     close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
+    if answered {
+        linger(&watch, &mut r.stream).await;
+    }
     drop(unwatch);
+}
+
+/// Reads and drops what the peer still sends after our side closed, until
+/// it closes too, or `LINGER_TIME` or `LINGER_BYTES` runs out (the reaper
+/// shuts the socket at the deadline). A peer still sending a body we
+/// refused would otherwise find the socket closed with unread data, and the
+/// kernel's reset can discard our answer before the client reads it.
+async fn linger<R: AsyncRead + Unpin>(watch: &Watch, stream: &mut R) {
+    watch.deadline.set(Some(Instant::now() + LINGER_TIME));
+    let mut scratch = [0u8; 4096];
+    let mut dropped = 0usize;
+    while dropped < LINGER_BYTES {
+        match stream.read(&mut scratch).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => dropped = dropped.saturating_add(n),
+        }
+    }
+    watch.deadline.set(None);
 }
 
 /// The next request, or `None` when the connection should end (closed,

@@ -105,5 +105,12 @@ pub const LATE_CORE: Duration = Duration::from_millis(40);
 pub const SHARD_STALL_LIMIT: Duration = Duration::from_secs(10);
 /// How long a SIGTERM drain may take before the process gives up on it.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(20);
+/// Lingering close: after a connection's last answer (a refused body, a
+/// `Connection: close`), what the peer still sends is read and dropped for
+/// at most this long and this many bytes, so that closing a socket with
+/// unread data (which makes the kernel send a reset) cannot destroy the
+/// answer before the client has read it.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+pub const LINGER_BYTES: usize = 2 * 1024 * 1024;
 /// How often each core runs engine maintenance (expiry, compaction).
 pub const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(50);

@@ -15,6 +15,7 @@ import os
 import pathlib
 import socket
 import subprocess
+import shutil
 import tempfile
 import time
 import urllib.parse
@@ -82,6 +83,9 @@ class Server:
         else:
             self.data = data or tempfile.mkdtemp(prefix="hematite-test-")
             args += ["--data-dir", self.data]
+        # A directory made here is removed at stop (its segments are
+        # preallocated: left behind, runs fill /tmp).
+        self.owns_data = data is None and not IN_MEMORY
         args += ["--account", f"{ACCOUNT}:{KEY}:{KEY2}", "--account", f"{OTHER}:{OTHER_KEY}"]
         if TLS:
             args += ["--cert", str(CERTS / "server.pem"), "--key", str(CERTS / "server.key")]
@@ -112,6 +116,8 @@ class Server:
     def stop(self):
         self.proc.terminate()
         code = self.proc.wait(timeout=20)
+        if self.owns_data:
+            shutil.rmtree(self.data, ignore_errors=True)
         return code
 
 

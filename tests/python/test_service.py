@@ -98,7 +98,7 @@ def test_use_development_storage_on_the_default_port():
         q = svc.create_queue("devstorage")
         q.send_message("works")
         assert q.receive_message().content == "works"
+        if not IN_MEMORY:
+            assert os.path.isdir(os.path.join(srv.data, "shard-000"))
     finally:
         assert srv.stop() == 0
-    if not IN_MEMORY:
-        assert os.path.isdir(os.path.join(srv.data, "shard-000"))
