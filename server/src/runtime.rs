@@ -51,12 +51,6 @@ impl Drop for ShardExit {
     }
 }
 
-/// Makes any panic stop the process: log it with its thread, then exit with
-/// [`EXIT_SHARD_DIED`]. Unwinding cannot be relied on here: a panic inside
-/// glommio's run loop was seen to leave the thread stuck dropping its
-/// executor, so a guard dropped at the end of the thread may never run
-/// (decision 0004). A panic means an invariant broke; nothing acknowledged
-/// depends on this process living on, since it is already durable.
 /// The log writer's flush handle (main.rs hands it over): dropped before
 /// any `_exit`, so the lines queued before a fatal error, that error's own
 /// included, reach stderr. Touched only on the way out.
@@ -88,6 +82,12 @@ pub fn flush_logs() {
     }
 }
 
+/// Makes any panic stop the process: log it with its thread, then exit with
+/// [`EXIT_SHARD_DIED`]. Unwinding cannot be relied on here: a panic inside
+/// glommio's run loop was seen to leave the thread stuck dropping its
+/// executor, so a guard dropped at the end of the thread may never run
+/// (decision 0004). A panic means an invariant broke; nothing acknowledged
+/// depends on this process living on, since it is already durable.
 fn install_panic_exit() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
