@@ -395,34 +395,7 @@ impl<D: Disk> Wal<D> {
         let name = segment_name(seq);
         let started = Instant::now();
         let recycled = spare.is_some();
-        let result = async {
-            let old_seed = spare.as_ref().map(|s| s.seed);
-            let header = |file: &D::File| SegmentHeader {
-                alignment: file.alignment() as u32,
-                shard_id: self.cfg.shard_id,
-                seq,
-                base_lsn,
-                salt: fresh_salt(old_seed),
-                created_ms: now_ms,
-                recycled,
-            };
-            let (file, header) = match spare {
-                Some(spare) => {
-                    let h = header(&spare.file);
-                    (self.reuse(spare, &name, &h).await?, h)
-                }
-                None => self.create(&name, &header).await?,
-            };
-            Ok(Segment {
-                file,
-                header,
-                end: SEGMENT_HEADER_LEN,
-                sealed: false,
-                live_records: 0,
-                live_bytes: 0,
-            })
-        }
-        .await;
+        let result = self.make_segment(&name, seq, base_lsn, now_ms, spare).await;
         tracing::debug!(
             shard = self.cfg.shard_id,
             ms = started.elapsed().as_millis() as u64,
@@ -432,8 +405,15 @@ impl<D: Disk> Wal<D> {
         let mut st = self.st.borrow_mut();
         st.preparing = false;
         let out = match result {
-            Ok(seg) => {
-                st.prepared = Some(seg);
+            Ok((file, header)) => {
+                st.prepared = Some(Segment {
+                    file,
+                    header,
+                    end: SEGMENT_HEADER_LEN,
+                    sealed: false,
+                    live_records: 0,
+                    live_bytes: 0,
+                });
                 Ok(())
             }
             Err(e) => Err(e),
@@ -443,59 +423,62 @@ impl<D: Disk> Wal<D> {
         out
     }
 
-    /// A new file for segment `name`: created, preallocated, its header
-    /// written and synced, the directory synced. Removed again on failure.
-    async fn create(
+    /// The file of segment `name`, durable and empty: a new one (created and
+    /// preallocated) or a spare (every spare is a whole segment long: a dead
+    /// segment of this run, or checked when adopted at startup). Its header
+    /// is written and synced *before* a spare takes the segment's name, so
+    /// the name never shows the old segment's header (the old frames behind
+    /// it do not validate under the new salt); then the directory is synced.
+    /// A reused file is opened again by its new name: a handle resolves some
+    /// calls (glommio's file_size) by the name it was opened with. On
+    /// failure the file is removed under either name.
+    async fn make_segment(
         &self,
         name: &str,
-        header: &dyn Fn(&D::File) -> SegmentHeader,
+        seq: u64,
+        base_lsn: u64,
+        now_ms: u64,
+        spare: Option<SpareFile<D::File>>,
     ) -> Result<(Rc<D::File>, SegmentHeader), StorageError> {
         let io = |e| StorageError::io(self.disk.describe(name), e);
-        let file = self.disk.create(name).await.map_err(io)?;
-        let header = header(&file);
+        let (file, from, old_seed) = match spare {
+            Some(s) => {
+                debug_assert!(Rc::strong_count(&s.file) == 1, "a spare in use by a reader");
+                (s.file, Some(s.name), Some(s.seed))
+            }
+            None => (Rc::new(self.disk.create(name).await.map_err(io)?), None, None),
+        };
+        let header = SegmentHeader {
+            alignment: file.alignment() as u32,
+            shard_id: self.cfg.shard_id,
+            seq,
+            base_lsn,
+            salt: fresh_salt(old_seed),
+            created_ms: now_ms,
+            recycled: from.is_some(),
+        };
         let made = async {
-            file.allocate(self.cfg.segment_bytes).await?;
+            if from.is_none() {
+                file.allocate(self.cfg.segment_bytes).await?;
+            }
             file.write_at(&header.encode(), 0).await?;
             file.sync().await?;
-            self.disk.sync_dir().await
-        }
-        .await;
-        if let Err(e) = made {
-            drop(file);
-            let _ = self.disk.remove(name).await;
-            return Err(io(e));
-        }
-        Ok((Rc::new(file), header))
-    }
-
-    /// Turns a spare file into segment `name`. The new header (recycled,
-    /// under a new salt) is durable *before* the file takes the segment's
-    /// name, so the name never shows the old segment's header; the old
-    /// frames behind it never validate under the new salt. A failure drops
-    /// the spare. Every spare is a whole segment long (a dead segment of
-    /// this run, or checked when adopted at startup), so no preallocation.
-    async fn reuse(
-        &self,
-        spare: SpareFile<D::File>,
-        name: &str,
-        header: &SegmentHeader,
-    ) -> Result<Rc<D::File>, StorageError> {
-        debug_assert!(header.recycled && Rc::strong_count(&spare.file) == 1);
-        let io = |e| StorageError::io(self.disk.describe(name), e);
-        let made = async {
-            spare.file.write_at(&header.encode(), 0).await?;
-            spare.file.sync().await?;
-            self.disk.rename(&spare.name, name).await?;
+            if let Some(from) = &from {
+                self.disk.rename(from, name).await?;
+            }
             self.disk.sync_dir().await?;
-            // Opened again by its new name: a handle resolves some calls
-            // (glommio's file_size) by the name it was opened with.
-            self.disk.open(name).await
+            match from {
+                Some(_) => Ok(Rc::new(self.disk.open(name).await?)),
+                None => Ok(file),
+            }
         }
         .await;
         match made {
-            Ok(file) => Ok(Rc::new(file)),
+            Ok(file) => Ok((file, header)),
             Err(e) => {
-                let _ = self.disk.remove(&spare.name).await;
+                if let Some(from) = &from {
+                    let _ = self.disk.remove(from).await;
+                }
                 let _ = self.disk.remove(name).await;
                 Err(io(e))
             }
