@@ -126,8 +126,7 @@ fn framing_error(e: &FrameError, max_body: usize) -> Option<crate::http::Respons
     };
     let now = crate::xmlio::iso8601_7(time::OffsetDateTime::now_utc());
     let mut resp = err.response(&uuid::Uuid::new_v4().to_string(), &now);
-    resp.headers
-        .push(("Date".into(), httpdate::fmt_http_date(std::time::SystemTime::now())));
+    resp.push_header("Date", crate::http::http_date(std::time::SystemTime::now()));
     Some(resp)
 }
 

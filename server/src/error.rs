@@ -127,7 +127,7 @@ impl ApiError {
         body.push_str("</Error>");
         let mut resp = Response::new(self.status).header("x-ms-error-code", self.code);
         for (name, value) in &self.headers {
-            resp = resp.header(*name, value.as_str());
+            resp = resp.header(*name, value.clone());
         }
         resp.xml(body)
     }

@@ -58,20 +58,24 @@ pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Respo
     let request_id = uuid::Uuid::new_v4().to_string();
     let now = SystemTime::now();
     let mut op = None;
-    let version = req.header("x-ms-version").unwrap_or(DEFAULT_VERSION).to_string();
+    let version: std::borrow::Cow<'static, str> = match req.header("x-ms-version") {
+        None => DEFAULT_VERSION.into(),
+        Some(v) if v == DEFAULT_VERSION => DEFAULT_VERSION.into(),
+        Some(v) => v.to_string().into(),
+    };
     let result = if req.method == "OPTIONS" {
         ops::cors::preflight(ctx, req).await
     } else {
         dispatch(ctx, req, peer, now, &mut op).await
     };
     let mut resp = result.unwrap_or_else(|e| e.response(&request_id, &iso8601_7(OffsetDateTime::from(now))));
-    resp.headers.push(("x-ms-request-id".into(), request_id));
-    resp.headers.push(("x-ms-version".into(), version));
-    resp.headers.push(("Date".into(), httpdate::fmt_http_date(now)));
-    resp.headers.push(("Server".into(), "Hematite-Queue/0.1".into()));
+    resp.push_header("x-ms-request-id", request_id);
+    resp.push_header("x-ms-version", version);
+    resp.push_header("Date", crate::http::http_date(now));
+    resp.push_header("Server", "Hematite-Queue/0.1");
     if let Some(id) = req.header("x-ms-client-request-id") {
         if id.len() <= crate::limits::MAX_CLIENT_REQUEST_ID {
-            resp.headers.push(("x-ms-client-request-id".into(), id.to_string()));
+            resp.push_header("x-ms-client-request-id", id.to_string());
         }
     }
     // Last, so the exposed-headers list sees every header of the response.

@@ -15,6 +15,7 @@
 
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::io;
 use std::rc::Rc;
@@ -84,11 +85,12 @@ impl Request {
     }
 }
 
-/// A response to encode.
+/// A response to encode. Header names and most values are static text:
+/// `Cow` keeps them unallocated (they were a string pair per header).
 #[derive(Debug, Clone, Default)]
 pub struct Response {
     pub status: u16,
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
     pub body: Vec<u8>,
 }
 
@@ -101,9 +103,13 @@ impl Response {
         }
     }
 
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.headers.push((name.into(), value.into()));
+    pub fn header(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Self {
+        self.push_header(name, value);
         self
+    }
+
+    pub fn push_header(&mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) {
+        self.headers.push((name.into(), value.into()));
     }
 
     /// A body as is (the caller sets its Content-Type).
@@ -113,19 +119,28 @@ impl Response {
     }
 
     pub fn xml(mut self, body: String) -> Self {
-        self.headers.push(("Content-Type".into(), "application/xml".into()));
+        self.push_header("Content-Type", "application/xml");
         self.body = body.into_bytes();
         self
     }
 
     /// Appends the encoded response. `head`: a HEAD request, so no body.
+    /// Plain copies, no `fmt`: this runs for every answer.
     pub fn encode(&self, out: &mut Vec<u8>, head: bool, close: bool) {
-        use std::io::Write;
-        let _ = write!(out, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        out.extend_from_slice(b"HTTP/1.1 ");
+        push_decimal(out, u64::from(self.status));
+        out.push(b' ');
+        out.extend_from_slice(reason(self.status).as_bytes());
+        out.extend_from_slice(b"\r\n");
         for (n, v) in &self.headers {
-            let _ = write!(out, "{n}: {v}\r\n");
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        let _ = write!(out, "Content-Length: {}\r\n", if head { 0 } else { self.body.len() });
+        out.extend_from_slice(b"Content-Length: ");
+        push_decimal(out, if head { 0 } else { self.body.len() as u64 });
+        out.extend_from_slice(b"\r\n");
         if close {
             out.extend_from_slice(b"Connection: close\r\n");
         }
@@ -134,6 +149,40 @@ impl Response {
             out.extend_from_slice(&self.body);
         }
     }
+}
+
+/// The `Date` header's text for `now` (RFC 9110 §5.6.7). It has second
+/// resolution, so each core formats it once a second and copies it after.
+pub fn http_date(now: std::time::SystemTime) -> String {
+    thread_local! {
+        // (seconds since the epoch, their text); owned by this core.
+        static LAST: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    LAST.with_borrow_mut(|(at, text)| {
+        if *at != secs {
+            *text = httpdate::fmt_http_date(now);
+            *at = secs;
+        }
+        text.clone()
+    })
+}
+
+/// Appends `n` in decimal.
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut rest = n;
+    let mut start = digits.len();
+    for slot in digits.iter_mut().rev() {
+        // A digit: `rest % 10` is below 10.
+        *slot = b'0'.wrapping_add((rest % 10) as u8);
+        start = start.saturating_sub(1);
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(digits.get(start..).unwrap_or_default());
 }
 
 pub fn reason(status: u16) -> &'static str {

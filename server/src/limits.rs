@@ -92,6 +92,13 @@ pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 /// Clock skew allowed for Shared Key requests ("Authorize with Shared Key": 15 minutes).
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
+/// SAS signatures each core remembers as verified (`auth::sas_verifies`);
+/// the set is emptied when full. Entries longer than
+/// `MAX_CACHED_SAS_ENTRY_BYTES` are not kept (a typical one is about 350
+/// bytes: two keys, a signature and the string to sign), so the set holds
+/// at most 1 MiB per core.
+pub const MAX_CACHED_SAS_SIGNATURES: usize = 1024;
+pub const MAX_CACHED_SAS_ENTRY_BYTES: usize = 1024;
 /// Longest `x-ms-client-request-id` echoed back.
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
 /// How often each core proves to the main thread that it still runs.

@@ -312,14 +312,35 @@ fn plain_message_text(body: &str) -> Option<&str> {
         .strip_prefix(OPEN)?
         .trim_end_matches([' ', '\t', '\n'])
         .strip_suffix(CLOSE)?;
-    let simple = !text.bytes().any(|b| matches!(b, b'<' | b'&' | b'\r')) && !text.contains("]]>");
-    simple.then_some(text)
+    plain_text_bytes(text.as_bytes()).then_some(text)
+}
+
+/// Whether every byte of a message text is one the reader passes through
+/// unchanged and [`check_xml_chars`] accepts: printable ASCII but `<`, `&`
+/// and `]` (which could start `]]>`), tab, line feed, and any non-ASCII byte
+/// but 0xEF (the lead byte of U+FFFE and U+FFFF). A text with any other
+/// byte takes the careful path. One pass in fixed-size chunks without an
+/// early exit inside a chunk, so the compiler vectorizes it: the four
+/// separate scans this replaces were 6% of a put's CPU.
+fn plain_text_bytes(text: &[u8]) -> bool {
+    // Keep in step with `check_xml_chars`: its refusals must all be here.
+    const CHUNK: usize = 32;
+    let bad = |b: u8| (b < 0x20 && b != b'\t' && b != b'\n') || b == b'<' || b == b'&' || b == b']' || b == 0xEF;
+    let chunks = text.chunks_exact(CHUNK);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        if chunk.iter().fold(false, |acc, &b| acc | bad(b)) {
+            return false;
+        }
+    }
+    !tail.iter().any(|&b| bad(b))
 }
 
 /// `<QueueMessage><MessageText>…</MessageText></QueueMessage>` → the text.
 pub fn parse_message_text(body: &[u8]) -> Result<String, ApiError> {
     if let Some(text) = std::str::from_utf8(body).ok().and_then(plain_message_text) {
-        check_xml_chars(text)?;
+        // `plain_message_text` let through no byte `check_xml_chars` refuses.
+        debug_assert!(check_xml_chars(text).is_ok());
         return Ok(text.to_string());
     }
     let root = parse(body)?;
@@ -454,6 +475,23 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_message_path_agrees_with_the_reader_on_every_ascii_byte() {
+        // Every ASCII character and a few multi-byte ones, alone and at
+        // each position of the 32-byte chunks the fast scan works in.
+        let chars = (0u8..0x80).map(char::from).chain(['\u{e9}', '\u{FFFD}', '\u{FFFE}', '\u{FFFF}', '\u{EFFF}']);
+        for c in chars {
+            for at in [0, 1, 31, 32, 33, 40] {
+                let mut t: String = "a".repeat(at);
+                t.push(c);
+                t.push_str("bc");
+                let body = format!("<QueueMessage><MessageText>{t}</MessageText></QueueMessage>");
+                let fast = parse_message_text(body.as_bytes()).map_err(|e| e.message);
+                assert_eq!(fast, slow_text(&body), "char U+{:04X} at {at}", u32::from(c));
+            }
+        }
+    }
+
+    #[test]
     fn the_fast_message_path_agrees_with_the_reader() {
         let texts = [
             "",
@@ -480,8 +518,9 @@ mod tests {
                     let body = format!("{decl}<QueueMessage><MessageText>{t}</MessageText></QueueMessage>{tail}");
                     let fast = parse_message_text(body.as_bytes()).map_err(|e| e.message);
                     assert_eq!(fast, slow_text(&body), "body {body:?}");
+                    let plain = !t.bytes().any(|b| b < 0x20 && b != b'\t' && b != b'\n' || b == b']' || b == 0xEF);
                     let took_fast = plain_message_text(&body).is_some();
-                    assert!(took_fast, "the SDK shape takes the fast path: {body:?}");
+                    assert_eq!(took_fast, plain, "the SDK shape of a plain text takes the fast path: {body:?}");
                 }
             }
         }

@@ -76,8 +76,8 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response,
     // a listed origin is echoed, with credentials and `Vary: Origin`.
     let star = is_star(&rule.allowed_origins);
     let mut r = Response::new(200)
-        .header("Access-Control-Allow-Origin", if star { "*" } else { origin })
-        .header("Access-Control-Allow-Methods", method)
+        .header("Access-Control-Allow-Origin", if star { "*".to_string() } else { origin.to_string() })
+        .header("Access-Control-Allow-Methods", method.to_string())
         .header("Access-Control-Max-Age", rule.max_age.to_string());
     if !star {
         r = r
@@ -85,7 +85,7 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response,
             .header("Vary", "Origin");
     }
     if !headers.is_empty() {
-        r = r.header("Access-Control-Allow-Headers", headers);
+        r = r.header("Access-Control-Allow-Headers", headers.to_string());
     }
     Ok(r)
 }
@@ -116,12 +116,12 @@ pub async fn add_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, res
     let star = is_star(&rule.allowed_origins);
     resp.headers.push((
         "Access-Control-Allow-Origin".into(),
-        if star { "*".into() } else { origin.to_string() },
+        if star { "*".into() } else { origin.to_string().into() },
     ));
     let exposed: Vec<String> = resp
         .headers
         .iter()
-        .map(|(n, _)| n.clone())
+        .map(|(n, _)| n.to_string())
         .filter(|n| header_allowed(&rule.exposed_headers, n))
         .chain(
             rule.exposed_headers
@@ -133,7 +133,7 @@ pub async fn add_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, res
         .collect();
     if !exposed.is_empty() {
         resp.headers
-            .push(("Access-Control-Expose-Headers".into(), exposed.join(",")));
+            .push(("Access-Control-Expose-Headers".into(), exposed.join(",").into()));
     }
     if !star {
         resp.headers.push(("Vary".into(), "Origin".into()));
