@@ -19,6 +19,41 @@ pub struct BodyLoc {
     pub frame_len: u32,
 }
 
+/// Message ids carry the message's sequence number, so finding a message by
+/// id is a lookup in the message table and needs no index of its own (an
+/// index keyed by random ids was the costliest insert of a put). The id is
+/// still a version-4 UUID: 60 random bits in its first half; the second
+/// half holds the variant bits and the sequence number masked with a mix of
+/// the first half, so ids look random and decoding needs nothing but the
+/// id. A message whose id does not decode to its own sequence number (one
+/// moved in by a dead-letter move, or written by an earlier version) is
+/// found through [`Queue`]'s `foreign_ids` instead.
+pub fn message_id(seq: u64, random: u64) -> Uuid {
+    if seq > SEQ_IN_ID_MASK {
+        // Never in practice (2^62 messages); such a message is foreign.
+        return Uuid::from_u64_pair((random & !0xF000) | 0x4000, (1 << 63) | (random & SEQ_IN_ID_MASK));
+    }
+    let high = (random & !0xF000) | 0x4000;
+    Uuid::from_u64_pair(high, (1 << 63) | ((seq ^ mix(high)) & SEQ_IN_ID_MASK))
+}
+
+/// The sequence number an id made by [`message_id`] carries. Any other id
+/// decodes to some number too, or to none: callers compare the whole id.
+pub fn seq_in_id(id: &Uuid) -> Option<u64> {
+    let (high, low) = id.as_u64_pair();
+    let v4 = (high >> 12) & 0xF == 4 && low >> 62 == 0b10;
+    v4.then(|| (low ^ mix(high)) & SEQ_IN_ID_MASK)
+}
+
+const SEQ_IN_ID_MASK: u64 = (1 << 62) - 1;
+
+/// SplitMix64's finalizer: spreads the random half over the sequence half.
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub id: Uuid,
@@ -85,7 +120,7 @@ pub struct Cleared {
     messages: BTreeMap<u64, Message>,
     visibility: BTreeSet<(u64, u64)>,
     expiry: BTreeSet<(u64, u64)>,
-    by_id: BTreeMap<Uuid, u64>,
+    foreign_ids: BTreeMap<Uuid, u64>,
 }
 
 impl Cleared {
@@ -94,7 +129,7 @@ impl Cleared {
         for _ in 0..n {
             let a = self.visibility.pop_first().is_some();
             let b = self.expiry.pop_first().is_some();
-            let c = self.by_id.pop_first().is_some();
+            let c = self.foreign_ids.pop_first().is_some();
             if !(a || b || c) {
                 break;
             }
@@ -114,7 +149,7 @@ impl Cleared {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.messages.is_empty() && self.visibility.is_empty() && self.expiry.is_empty() && self.by_id.is_empty()
+        self.messages.is_empty() && self.visibility.is_empty() && self.expiry.is_empty() && self.foreign_ids.is_empty()
     }
 }
 
@@ -139,7 +174,9 @@ pub struct Queue {
     // (docs/benchmarks.md, "Where the stalls came from"). A B-tree grows a
     // node at a time; sequence numbers only increase, so inserts append.
     messages: BTreeMap<u64, Message>,
-    by_id: BTreeMap<Uuid, u64>,
+    /// Only the messages whose id does not carry their sequence number
+    /// ([`message_id`]): usually none.
+    foreign_ids: BTreeMap<Uuid, u64>,
     visibility: VisibilityIndex,
     expiry: BTreeSet<(u64, u64)>,
 }
@@ -158,7 +195,7 @@ impl Queue {
             def_frame_len: 0,
             last_lsn: 0,
             messages: BTreeMap::new(),
-            by_id: BTreeMap::new(),
+            foreign_ids: BTreeMap::new(),
             visibility: VisibilityIndex::default(),
             expiry: BTreeSet::new(),
         }
@@ -189,7 +226,13 @@ impl Queue {
     }
 
     pub fn find(&self, id: &Uuid) -> Option<&Message> {
-        self.by_id.get(id).and_then(|s| self.messages.get(s))
+        let own = seq_in_id(id).and_then(|seq| self.messages.get(&seq)).filter(|m| m.id == *id);
+        own.or_else(|| self.foreign_ids.get(id).and_then(|s| self.messages.get(s)))
+    }
+
+    /// Whether `m`'s id is not the one [`message_id`] made for its sequence number.
+    fn is_foreign(m: &Message) -> bool {
+        seq_in_id(&m.id) != Some(m.seq)
     }
 
     pub fn messages(&self) -> impl Iterator<Item = &Message> {
@@ -199,9 +242,14 @@ impl Queue {
     /// Inserts or replaces a message; returns the replaced one.
     pub fn upsert(&mut self, m: Message) -> Option<Message> {
         let old = self.remove(m.seq);
+        if cfg!(debug_assertions) {
+            assert!(self.find(&m.id).is_none(), "id index: id {} held twice", m.id);
+        }
         self.visibility.insert(m.visible_ms, m.seq);
         self.expiry.insert((m.expires_ms, m.seq));
-        self.by_id.insert(m.id, m.seq);
+        if Self::is_foreign(&m) {
+            self.foreign_ids.insert(m.id, m.seq);
+        }
         self.messages.insert(m.seq, m);
         self.check_sizes();
         old
@@ -213,7 +261,7 @@ impl Queue {
         if cfg!(debug_assertions) {
             assert_eq!(self.messages.len(), self.visibility.len(), "visibility index size");
             assert_eq!(self.messages.len(), self.expiry.len(), "expiry index size");
-            assert_eq!(self.messages.len(), self.by_id.len(), "id index size");
+            assert!(self.foreign_ids.len() <= self.messages.len(), "id index size");
         }
     }
 
@@ -221,7 +269,9 @@ impl Queue {
         let m = self.messages.remove(&seq)?;
         self.visibility.remove(m.visible_ms, seq);
         self.expiry.remove(&(m.expires_ms, seq));
-        self.by_id.remove(&m.id);
+        if Self::is_foreign(&m) {
+            self.foreign_ids.remove(&m.id);
+        }
         self.check_sizes();
         Some(m)
     }
@@ -288,7 +338,7 @@ impl Queue {
     pub fn clear(&mut self) -> Vec<Message> {
         self.visibility = VisibilityIndex::default();
         self.expiry.clear();
-        self.by_id.clear();
+        self.foreign_ids.clear();
         std::mem::take(&mut self.messages).into_values().collect()
     }
 
@@ -301,7 +351,7 @@ impl Queue {
             messages: std::mem::take(&mut self.messages),
             visibility: std::mem::take(&mut self.visibility).set,
             expiry: std::mem::take(&mut self.expiry),
-            by_id: std::mem::take(&mut self.by_id),
+            foreign_ids: std::mem::take(&mut self.foreign_ids),
         }
     }
 
@@ -309,11 +359,16 @@ impl Queue {
     pub fn check_invariants(&self) {
         assert_eq!(self.messages.len(), self.visibility.len(), "visibility index size");
         assert_eq!(self.messages.len(), self.expiry.len(), "expiry index size");
-        assert_eq!(self.messages.len(), self.by_id.len(), "id index size");
+        let mut foreign = 0;
         for m in self.messages.values() {
-            assert_eq!(self.by_id.get(&m.id), Some(&m.seq));
+            if Self::is_foreign(m) {
+                foreign += 1;
+                assert_eq!(self.foreign_ids.get(&m.id), Some(&m.seq), "foreign id indexed");
+            }
+            assert_eq!(self.find(&m.id).map(|f| f.seq), Some(m.seq), "found by id");
             assert!(self.expiry.contains(&(m.expires_ms, m.seq)));
         }
+        assert_eq!(self.foreign_ids.len(), foreign, "id index size");
     }
 }
 
@@ -337,6 +392,54 @@ mod tests {
                 frame_len: 0,
             },
         }
+    }
+
+    #[test]
+    fn message_ids_carry_their_sequence_number() {
+        for seq in [0, 1, 2, 1 << 40, SEQ_IN_ID_MASK - 1, SEQ_IN_ID_MASK] {
+            for random in [0, 1, u64::MAX, 0x0123_4567_89ab_cdef] {
+                let id = message_id(seq, random);
+                assert_eq!(id.get_version_num(), 4);
+                assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+                assert_eq!(seq_in_id(&id), Some(seq), "{id}");
+            }
+        }
+        // Past the mask the id is random-only, and does not claim the number.
+        assert_ne!(seq_in_id(&message_id(SEQ_IN_ID_MASK + 1, 7)), Some(SEQ_IN_ID_MASK + 1));
+    }
+
+    #[test]
+    fn messages_are_found_by_own_and_foreign_ids() {
+        let mut q = Queue::new(1, "a".into(), "q".into(), Metadata::default());
+        let own = |seq: u64| Message {
+            id: message_id(seq, seq.wrapping_mul(77)),
+            ..msg(seq, 0, 100)
+        };
+        q.upsert(own(1));
+        q.upsert(own(2));
+        // Foreign: a plain id, and a v4 id that decodes to message 1's number
+        // (a dead-letter copy whose id another shard made for its number 1).
+        let plain = msg(3, 0, 100);
+        let lookalike = Message {
+            id: message_id(1, 12345),
+            ..msg(4, 0, 100)
+        };
+        q.upsert(plain.clone());
+        q.upsert(lookalike.clone());
+        q.check_invariants();
+        assert_eq!(q.foreign_ids.len(), 2);
+        for m in [own(1), own(2), plain.clone(), lookalike.clone()] {
+            assert_eq!(q.find(&m.id).map(|f| f.seq), Some(m.seq));
+        }
+        // A made-up id that decodes to a held number is not that message.
+        assert!(q.find(&message_id(2, 999)).is_none());
+        assert!(q.find(&Uuid::from_u64_pair(9, 9)).is_none());
+        q.remove(4);
+        q.remove(1);
+        q.check_invariants();
+        assert!(q.find(&lookalike.id).is_none());
+        assert_eq!(q.foreign_ids.len(), 1);
+        assert_eq!(q.find(&own(2).id).map(|f| f.seq), Some(2));
     }
 
     #[test]

@@ -818,6 +818,7 @@ impl<D: Disk> Shard<D> {
     ) -> Result<(PutReceipt, u64), QueueError> {
         let seq = st.id();
         let receipt = self.nonce();
+        let id = crate::queue::message_id(seq, self.nonce());
         let expires_ms = if ttl == -1 {
             EXPIRY_NEVER_MS
         } else {
@@ -826,7 +827,7 @@ impl<D: Disk> Shard<D> {
         let state = MessageState {
             qid,
             seq,
-            id: *Uuid::new_v4().as_bytes(),
+            id: *id.as_bytes(),
             inserted_ms: now,
             expires_ms,
             visible_ms: secs_after(now, vt),
