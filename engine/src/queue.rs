@@ -226,7 +226,9 @@ impl Queue {
     }
 
     pub fn find(&self, id: &Uuid) -> Option<&Message> {
-        let own = seq_in_id(id).and_then(|seq| self.messages.get(&seq)).filter(|m| m.id == *id);
+        let own = seq_in_id(id)
+            .and_then(|seq| self.messages.get(&seq))
+            .filter(|m| m.id == *id);
         own.or_else(|| self.foreign_ids.get(id).and_then(|s| self.messages.get(s)))
     }
 

@@ -42,7 +42,7 @@ fn signed_put() -> (Request, Vec<u8>) {
         "<QueueMessage><MessageText>{}</MessageText></QueueMessage>",
         "x".repeat(1024)
     );
-    let headers = vec![
+    let headers: server::http::Headers = [
         ("Host".to_string(), "127.0.0.1:10001".to_string()),
         ("x-ms-version".to_string(), "2026-10-06".to_string()),
         ("x-ms-date".to_string(), httpdate::fmt_http_date(SystemTime::now())),
@@ -52,7 +52,9 @@ fn signed_put() -> (Request, Vec<u8>) {
         ),
         ("Content-Type".to_string(), "application/xml".to_string()),
         ("Content-Length".to_string(), body.len().to_string()),
-    ];
+    ]
+    .into_iter()
+    .collect();
     let mut req = Request {
         method: "POST".into(),
         target: "/devstoreaccount1/myqueue/messages?visibilitytimeout=0&messagettl=-1".into(),
@@ -62,10 +64,11 @@ fn signed_put() -> (Request, Vec<u8>) {
         hangup: None,
     };
     let key = base64::engine::general_purpose::STANDARD.decode(KEY).unwrap();
-    let t = parse_target(&req, &server::addressing::Addressing::path_style_only()).unwrap();
+    let unsigned = req.clone();
+    let t = parse_target(&unsigned, &server::addressing::Addressing::path_style_only()).unwrap();
     let sig = signature(&key, &shared_key_strings(&req, "devstoreaccount1", &t)[0]);
     req.headers
-        .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
+        .push("Authorization", &format!("SharedKey devstoreaccount1:{sig}"));
     let mut raw = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
     for (k, v) in &req.headers {
         raw.push_str(&format!("{k}: {v}\r\n"));

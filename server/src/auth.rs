@@ -158,10 +158,10 @@ fn canonical_headers(mut h: Vec<(String, String)>, culture: bool) -> String {
     h.iter().map(|(n, v)| format!("{n}:{v}\n")).collect()
 }
 
-fn canonical_resource(account: &str, t: &Target) -> String {
-    let path = if t.raw_path.is_empty() { "/" } else { &t.raw_path };
+fn canonical_resource(account: &str, t: &Target<'_>) -> String {
+    let path = if t.raw_path.is_empty() { "/" } else { t.raw_path };
     let mut s = format!("/{account}{path}");
-    let mut names: Vec<&str> = t.query.iter().map(|(n, _)| n.as_str()).collect();
+    let mut names: Vec<&str> = t.query.iter().map(|(n, _)| n.as_ref()).collect();
     names.sort_unstable();
     names.dedup();
     for n in names {
@@ -169,7 +169,7 @@ fn canonical_resource(account: &str, t: &Target) -> String {
             .query
             .iter()
             .filter(|(q, _)| q == n)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
             .collect();
         vals.sort_unstable();
         s.push_str(&format!("\n{n}:{}", vals.join(",")));
@@ -179,7 +179,7 @@ fn canonical_resource(account: &str, t: &Target) -> String {
 
 /// The Shared Key strings-to-sign worth trying, most likely first ("Authorize with Shared Key":
 /// byte versus culture header order; Date line empty or not).
-pub fn shared_key_strings(req: &Request, account: &str, t: &Target) -> Vec<String> {
+pub fn shared_key_strings(req: &Request, account: &str, t: &Target<'_>) -> Vec<String> {
     let h = |n: &str| req.header(n).unwrap_or("").to_string();
     // The body's real length, not the header: a chunked body has no
     // Content-Length, and signing "" for it would let a captured request
@@ -224,7 +224,7 @@ pub fn shared_key_strings(req: &Request, account: &str, t: &Target) -> Vec<Strin
     out
 }
 
-fn shared_key_lite_string(req: &Request, account: &str, t: &Target) -> String {
+fn shared_key_lite_string(req: &Request, account: &str, t: &Target<'_>) -> String {
     let h = |n: &str| req.header(n).unwrap_or("").to_string();
     let date = if req.header("x-ms-date").is_some() {
         String::new()
@@ -298,7 +298,7 @@ pub fn parse_authorization(v: &str) -> Result<Scheme<'_>, ApiError> {
 }
 
 /// Verifies an `Authorization` header.
-pub fn shared_key(req: &Request, account: &Account, t: &Target, now: SystemTime) -> Result<Principal, ApiError> {
+pub fn shared_key(req: &Request, account: &Account, t: &Target<'_>, now: SystemTime) -> Result<Principal, ApiError> {
     let header = req
         .header("authorization")
         .ok_or_else(|| ApiError::auth_failed("No Authorization header."))?;
@@ -329,29 +329,30 @@ pub fn shared_key(req: &Request, account: &Account, t: &Target, now: SystemTime)
 }
 
 /// SAS fields from the query (decoded).
+/// Borrowed from the request's [`Target`].
 #[derive(Debug, Default, Clone)]
-pub struct Sas {
-    pub sv: Option<String>,
-    pub ss: Option<String>,
-    pub srt: Option<String>,
-    pub sp: Option<String>,
-    pub st: Option<String>,
-    pub se: Option<String>,
-    pub sip: Option<String>,
-    pub spr: Option<String>,
-    pub si: Option<String>,
-    pub ses: Option<String>,
-    pub sig: Option<String>,
-    pub skoid: Option<String>,
+pub struct Sas<'t> {
+    pub sv: Option<&'t str>,
+    pub ss: Option<&'t str>,
+    pub srt: Option<&'t str>,
+    pub sp: Option<&'t str>,
+    pub st: Option<&'t str>,
+    pub se: Option<&'t str>,
+    pub sip: Option<&'t str>,
+    pub spr: Option<&'t str>,
+    pub si: Option<&'t str>,
+    pub ses: Option<&'t str>,
+    pub sig: Option<&'t str>,
+    pub skoid: Option<&'t str>,
 }
 
-impl Sas {
-    pub fn from_target(t: &Target) -> Option<Sas> {
+impl<'t> Sas<'t> {
+    pub fn from_target(t: &'t Target<'_>) -> Option<Sas<'t>> {
         // One pass over the query (a name appears at most once: parse_target
         // refuses repeats).
         let mut sas = Sas::default();
         for (name, value) in &t.query {
-            let slot = match name.as_str() {
+            let slot = match name.as_ref() {
                 "sv" => &mut sas.sv,
                 "ss" => &mut sas.ss,
                 "srt" => &mut sas.srt,
@@ -366,14 +367,14 @@ impl Sas {
                 "skoid" => &mut sas.skoid,
                 _ => continue,
             };
-            *slot = Some(value.clone());
+            *slot = Some(value.as_ref());
         }
         sas.sig.is_some().then_some(sas)
     }
 }
 
-fn opt(s: &Option<String>) -> &str {
-    s.as_deref().unwrap_or("")
+fn opt<'a>(s: &Option<&'a str>) -> &'a str {
+    s.unwrap_or("")
 }
 
 fn in_ip_range(range: &str, peer: IpAddr) -> bool {
@@ -418,7 +419,7 @@ pub struct Caller {
     pub https: bool,
 }
 
-fn common_sas_checks(sas: &Sas, caller: Caller) -> Result<(), ApiError> {
+fn common_sas_checks(sas: &Sas<'_>, caller: Caller) -> Result<(), ApiError> {
     if let Some(sip) = &sas.sip {
         if !sip.is_empty() && !in_ip_range(sip, caller.ip) {
             return Err(Denied::SourceIpMismatch.into());
@@ -460,18 +461,15 @@ fn check_permissions(sp: &str, allowed: &str) -> Result<(), ApiError> {
 }
 
 /// Verifies an account SAS ("Create an account SAS"). Authorization happens in [`authorize`].
-pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, caller: Caller) -> Result<Principal, ApiError> {
+pub fn account_sas(sas: &Sas<'_>, account: &Account, now: SystemTime, caller: Caller) -> Result<Principal, ApiError> {
     let sv = sas
         .sv
-        .as_deref()
         .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
     let se = sas
         .se
-        .as_deref()
         .ok_or_else(|| ApiError::auth_failed("se is mandatory. Cannot be empty"))?;
     let sp = sas
         .sp
-        .as_deref()
         .ok_or_else(|| ApiError::auth_failed("sp is mandatory. Cannot be empty"))?;
     check_permissions(sp, ACCOUNT_SAS_LETTERS)?;
     let mut sts = format!(
@@ -492,7 +490,7 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, caller: Caller
             "Signature did not match. String to sign used was {sts}"
         )));
     }
-    check_window(sas.st.as_deref(), se, now)?;
+    check_window(sas.st, se, now)?;
     common_sas_checks(sas, caller)?;
     Ok(Principal::AccountSas {
         services: opt(&sas.ss).to_string(),
@@ -504,10 +502,9 @@ pub fn account_sas(sas: &Sas, account: &Account, now: SystemTime, caller: Caller
 /// Verifies a service SAS's signature for `queue` ("Create a service SAS"). Runs before the
 /// stored policy is fetched: an unsigned request must not cost a trip to
 /// another core.
-pub fn verify_service_sas(sas: &Sas, account: &Account, queue: &str) -> Result<(), ApiError> {
+pub fn verify_service_sas(sas: &Sas<'_>, account: &Account, queue: &str) -> Result<(), ApiError> {
     let sv = sas
         .sv
-        .as_deref()
         .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
     let sts = format!(
         "{}\n{}\n{}\n/queue/{}/{queue}\n{}\n{}\n{}\n{sv}",
@@ -534,13 +531,17 @@ pub fn verify_service_sas(sas: &Sas, account: &Account, queue: &str) -> Result<(
 /// stored policy named by `si`, which the caller looked up on the queue's
 /// core after [`verify_service_sas`] passed.
 pub fn service_sas_grant(
-    sas: &Sas,
+    sas: &Sas<'_>,
     policy: Option<&SignedIdentifier>,
     now: SystemTime,
     caller: Caller,
 ) -> Result<Principal, ApiError> {
     // Merge with the stored policy: each field from exactly one side.
-    let (mut sp, mut st, mut se) = (sas.sp.clone(), sas.st.clone(), sas.se.clone());
+    let (mut sp, mut st, mut se) = (
+        sas.sp.map(str::to_string),
+        sas.st.map(str::to_string),
+        sas.se.map(str::to_string),
+    );
     if let Some(id) = &sas.si {
         let p = policy.ok_or_else(|| {
             ApiError::auth_failed(format!(
@@ -581,7 +582,7 @@ pub fn service_sas_grant(
 /// [`verify_service_sas`] then [`service_sas_grant`], for callers that
 /// already hold the policy.
 pub fn service_sas(
-    sas: &Sas,
+    sas: &Sas<'_>,
     account: &Account,
     queue: &str,
     policy: Option<&SignedIdentifier>,
@@ -667,8 +668,8 @@ mod tests {
     }
 
     fn req(method: &str, target: &str, headers: &[(&str, &str)]) -> Request {
-        let mut h: Vec<(String, String)> = headers.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        h.push(("Host".into(), "127.0.0.1:10001".into()));
+        let mut h: crate::http::Headers = headers.iter().copied().collect();
+        h.push("Host", "127.0.0.1:10001");
         Request {
             method: method.into(),
             target: target.into(),
@@ -707,12 +708,15 @@ mod tests {
             "/devstoreaccount1/q1",
             &[("x-ms-date", &date), ("x-ms-version", "2026-10-06")],
         );
-        let t = parse_target(&r, &crate::addressing::Addressing::default()).unwrap();
+        let signed = r.clone();
+        let t = parse_target(&signed, &crate::addressing::Addressing::default()).unwrap();
         let sig = signature(&acct().keys[0], &shared_key_strings(&r, "devstoreaccount1", &t)[0]);
+        let unsigned = r.clone();
         r.headers
-            .push(("Authorization".into(), format!("SharedKey devstoreaccount1:{sig}")));
+            .push("Authorization", &format!("SharedKey devstoreaccount1:{sig}"));
         assert_eq!(shared_key(&r, &acct(), &t, now), Ok(Principal::Owner));
-        r.headers.last_mut().unwrap().1 = "SharedKey devstoreaccount1:AAAA".into();
+        r = unsigned;
+        r.headers.push("Authorization", "SharedKey devstoreaccount1:AAAA");
         let e = shared_key(&r, &acct(), &t, now).unwrap_err();
         assert_eq!((e.status, e.code), (403, "AuthenticationFailed"));
         assert!(e.details[0].1.contains("string to sign"));
@@ -726,10 +730,10 @@ mod tests {
         let now = SystemTime::now();
         let sts = "rap\n\n2099-11-22T11:43:27Z\n/queue/devstoreaccount1/sasq\n\n\n\n2026-10-06";
         let sas = Sas {
-            sv: Some("2026-10-06".into()),
-            sp: Some("rap".into()),
-            se: Some("2099-11-22T11:43:27Z".into()),
-            sig: Some(signature(&acct().keys[0], sts)),
+            sv: Some("2026-10-06"),
+            sp: Some("rap"),
+            se: Some("2099-11-22T11:43:27Z"),
+            sig: Some(signature(&acct().keys[0], sts).leak()),
             ..Default::default()
         };
         let who = service_sas(&sas, &acct(), "sasq", None, now, local()).unwrap();
@@ -752,9 +756,9 @@ mod tests {
         // expired
         let sts = "r\n\n2000-01-01T00:00:00Z\n/queue/devstoreaccount1/sasq\n\n\n\n2026-10-06";
         let old = Sas {
-            sp: Some("r".into()),
-            se: Some("2000-01-01T00:00:00Z".into()),
-            sig: Some(signature(&acct().keys[0], sts)),
+            sp: Some("r"),
+            se: Some("2000-01-01T00:00:00Z"),
+            sig: Some(signature(&acct().keys[0], sts).leak()),
             ..sas.clone()
         };
         let e = service_sas(&old, &acct(), "sasq", None, now, local()).unwrap_err();
@@ -762,9 +766,9 @@ mod tests {
         // a stored policy supplies sp and se
         let sts = "\n\n\n/queue/devstoreaccount1/sasq\np1\n\n\n2026-10-06";
         let with_si = Sas {
-            sv: Some("2026-10-06".into()),
-            si: Some("p1".into()),
-            sig: Some(signature(&acct().keys[0], sts)),
+            sv: Some("2026-10-06"),
+            si: Some("p1"),
+            sig: Some(signature(&acct().keys[0], sts).leak()),
             ..Default::default()
         };
         let policy = SignedIdentifier {
@@ -786,9 +790,18 @@ mod tests {
         assert!(sas_verifies(std::slice::from_ref(&a), sts, &sig));
         assert!(sas_verifies(std::slice::from_ref(&a), sts, &sig), "remembered");
         assert!(!sas_verifies(std::slice::from_ref(&b), sts, &sig), "another key");
-        assert!(!sas_verifies(std::slice::from_ref(&a), &format!("{sts}x"), &sig), "another string");
-        assert!(!sas_verifies(std::slice::from_ref(&a), sts, &signature(&b, sts)), "another signature");
-        assert!(!sas_verifies(&[b"key-".to_vec(), b"a".to_vec()], sts, &sig), "the key split in two");
+        assert!(
+            !sas_verifies(std::slice::from_ref(&a), &format!("{sts}x"), &sig),
+            "another string"
+        );
+        assert!(
+            !sas_verifies(std::slice::from_ref(&a), sts, &signature(&b, sts)),
+            "another signature"
+        );
+        assert!(
+            !sas_verifies(&[b"key-".to_vec(), b"a".to_vec()], sts, &sig),
+            "the key split in two"
+        );
     }
 
     #[test]
@@ -796,12 +809,12 @@ mod tests {
         let now = SystemTime::now();
         let sts = "devstoreaccount1\nrlap\nq\nsco\n\n2099-11-22T11:43:27Z\n\n\n2026-10-06\n\n";
         let sas = Sas {
-            sv: Some("2026-10-06".into()),
-            ss: Some("q".into()),
-            srt: Some("sco".into()),
-            sp: Some("rlap".into()),
-            se: Some("2099-11-22T11:43:27Z".into()),
-            sig: Some(signature(&acct().keys[0], sts)),
+            sv: Some("2026-10-06"),
+            ss: Some("q"),
+            srt: Some("sco"),
+            sp: Some("rlap"),
+            se: Some("2099-11-22T11:43:27Z"),
+            sig: Some(signature(&acct().keys[0], sts).leak()),
             ..Default::default()
         };
         let who = account_sas(
@@ -820,7 +833,7 @@ mod tests {
             Denied::PermissionMismatch
         );
         let ip = Sas {
-            sip: Some("1.2.3.4".into()),
+            sip: Some("1.2.3.4"),
             ..sas.clone()
         };
         assert!(account_sas(

@@ -148,7 +148,7 @@ fn valid_version(v: &str) -> bool {
 async fn authenticate<D: Disk>(
     ctx: &Ctx<D>,
     req: &Request,
-    t: &Target,
+    t: &Target<'_>,
     account: &Account,
     now: SystemTime,
     peer: IpAddr,

@@ -18,13 +18,13 @@ impl Op for ClearMessages {
         account_sas: Some(("oc", "d")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(ClearMessages {
             queue: super::queue_of(t)?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, queue) = (t.account.clone(), self.queue);
         let owner = ctx.router.owner_of(&account, &queue);
         ctx.router

@@ -76,7 +76,10 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response,
     // a listed origin is echoed, with credentials and `Vary: Origin`.
     let star = is_star(&rule.allowed_origins);
     let mut r = Response::new(200)
-        .header("Access-Control-Allow-Origin", if star { "*".to_string() } else { origin.to_string() })
+        .header(
+            "Access-Control-Allow-Origin",
+            if star { "*".to_string() } else { origin.to_string() },
+        )
         .header("Access-Control-Allow-Methods", method.to_string())
         .header("Access-Control-Max-Age", rule.max_age.to_string());
     if !star {

@@ -20,7 +20,7 @@ impl Op for DeleteMessage {
         account_sas: Some(("oc", "p")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(DeleteMessage {
             queue: super::queue_of(t)?,
             id: super::message_id_of(t)?,
@@ -28,7 +28,7 @@ impl Op for DeleteMessage {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, DeleteMessage { queue, id, receipt }) = (t.account.clone(), self);
         let owner = ctx.router.owner_of(&account, &queue);
         ctx.router

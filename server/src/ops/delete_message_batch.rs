@@ -31,7 +31,7 @@ impl Op for DeleteMessageBatch {
         account_sas: Some(("oc", "p")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         let root = xmlio::parse(&req.body)?;
         if root.name != "BatchDelete" {
             return Err(ApiError::invalid_xml("The root element must be BatchDelete."));
@@ -52,7 +52,7 @@ impl Op for DeleteMessageBatch {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let DeleteMessageBatch { queue, items } = self;
         let owner = ctx.router.owner_of(&account, &queue);

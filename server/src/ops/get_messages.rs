@@ -31,7 +31,7 @@ impl Op for GetMessages {
         account_sas: Some(("o", "p")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         let wait_secs = match req.header(WAIT_HEADER) {
             None => None,
             Some(v) => Some(
@@ -49,7 +49,7 @@ impl Op for GetMessages {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let GetMessages {
             queue,

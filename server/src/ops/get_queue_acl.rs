@@ -19,13 +19,13 @@ impl Op for GetQueueAcl {
         account_sas: None,
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(GetQueueAcl {
             queue: super::queue_of(t)?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let acl = stored_policies(ctx, &t.account, &self.queue).await?;
         Ok(Response::new(200).xml(xmlio::write_signed_identifiers(&acl)))
     }

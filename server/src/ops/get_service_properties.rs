@@ -16,11 +16,11 @@ impl Op for GetServiceProperties {
         account_sas: Some(("s", "r")),
     };
 
-    fn parse(_: &Request, _: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, _: &Target<'_>) -> Result<Self, ApiError> {
         Ok(GetServiceProperties)
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let props = service_properties(ctx, &t.account).await?;
         Ok(Response::new(200).xml(props.to_xml()))
     }

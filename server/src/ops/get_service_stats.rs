@@ -17,7 +17,7 @@ impl Op for GetServiceStats {
         account_sas: Some(("s", "r")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         if !t.secondary {
             return Err(ApiError::invalid_query(
                 "comp",
@@ -28,7 +28,7 @@ impl Op for GetServiceStats {
         Ok(GetServiceStats)
     }
 
-    async fn run<D: Disk>(self, _: &Ctx<D>, _: &Request, _: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, _: &Ctx<D>, _: &Request, _: &Target<'_>) -> Result<Response, ApiError> {
         Ok(Response::new(200).xml(format!(
             "{DECL}<StorageServiceStats><GeoReplication><Status>live</Status><LastSyncTime>{}</LastSyncTime></GeoReplication></StorageServiceStats>",
             httpdate::fmt_http_date(std::time::SystemTime::now())

@@ -27,7 +27,7 @@ impl Op for ListQueues {
         account_sas: Some(("s", "l")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         let max = match super::int_param(t, "maxresults")? {
             None => MAX_LIST_RESULTS,
             Some(n) if n <= 0 => {
@@ -63,7 +63,7 @@ impl Op for ListQueues {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         // Every core returns its first max+1 names from the marker on; the
         // merged (max+1)-th name, if any, is the next marker.
         let want = self.max.saturating_add(1);
@@ -90,7 +90,14 @@ impl Op for ListQueues {
 
 impl ListQueues {
     /// The `EnumerationResults` document.
-    fn write(&self, req: &Request, t: &Target, scheme: &str, page: &[QueueListing], next: Option<String>) -> String {
+    fn write(
+        &self,
+        req: &Request,
+        t: &Target<'_>,
+        scheme: &str,
+        page: &[QueueListing],
+        next: Option<String>,
+    ) -> String {
         let host = req.header("host").unwrap_or("127.0.0.1:10001");
         let endpoint = if t.raw_path.starts_with(&format!("/{}", t.account)) {
             format!("{scheme}://{host}/{}", t.account)

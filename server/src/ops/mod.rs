@@ -129,12 +129,17 @@ pub enum SasRule {
 pub trait Op: Sized {
     const NEEDS: Needs;
     /// Reads the operation's parameters; every error is the client's.
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError>;
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target) -> Result<Response, ApiError>;
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError>;
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError>;
 }
 
 /// Authorizes, checks the body headers, parses and runs one operation.
-async fn go<O: Op, D: Disk>(ctx: &Ctx<D>, req: &Request, t: &Target, who: &Principal) -> Result<Response, ApiError> {
+async fn go<O: Op, D: Disk>(
+    ctx: &Ctx<D>,
+    req: &Request,
+    t: &Target<'_>,
+    who: &Principal,
+) -> Result<Response, ApiError> {
     crate::auth::authorize(who, &O::NEEDS)?;
     check_body_headers(req)?;
     O::parse(req, t)?.run(ctx, req, t).await
@@ -145,7 +150,7 @@ pub async fn run<D: Disk>(
     op: Operation,
     ctx: &Ctx<D>,
     req: &Request,
-    t: &Target,
+    t: &Target<'_>,
     who: &Principal,
 ) -> Result<Response, ApiError> {
     use Operation::*;
@@ -232,7 +237,7 @@ fn bad_comp(comp: &str) -> ApiError {
 }
 
 /// Maps method + target to the operation (the request line of each operation in the REST reference).
-pub fn route(method: &str, t: &Target) -> Result<Operation, ApiError> {
+pub fn route(method: &str, t: &Target<'_>) -> Result<Operation, ApiError> {
     use Operation::*;
     let comp = t.param("comp");
     let restype = t.param("restype");
@@ -364,7 +369,7 @@ fn check_body_headers(req: &Request) -> Result<(), ApiError> {
 }
 
 /// An integer query parameter, if present.
-fn int_param(t: &Target, name: &'static str) -> Result<Option<i64>, ApiError> {
+fn int_param(t: &Target<'_>, name: &'static str) -> Result<Option<i64>, ApiError> {
     match t.param(name) {
         None => Ok(None),
         Some(v) => v
@@ -376,7 +381,7 @@ fn int_param(t: &Target, name: &'static str) -> Result<Option<i64>, ApiError> {
 }
 
 /// A query parameter the operation cannot do without.
-fn required<'a>(t: &'a Target, name: &'static str) -> Result<&'a str, ApiError> {
+fn required<'a>(t: &'a Target<'_>, name: &'static str) -> Result<&'a str, ApiError> {
     t.param(name)
         .ok_or_else(|| engine::QueueError::MissingRequiredQueryParameter { name }.into())
 }
@@ -401,7 +406,7 @@ fn metadata_of(req: &Request) -> Result<Metadata, ApiError> {
 }
 
 /// The queue a queue-level operation names (routing guarantees one).
-fn queue_of(t: &Target) -> Result<String, ApiError> {
+fn queue_of(t: &Target<'_>) -> Result<String, ApiError> {
     t.queue.clone().ok_or_else(ApiError::invalid_uri)
 }
 
@@ -426,7 +431,7 @@ fn write_batch_error(xml: &mut String, e: engine::QueueError) {
 }
 
 /// The message id a message-level operation names (routing guarantees one).
-fn message_id_of(t: &Target) -> Result<String, ApiError> {
+fn message_id_of(t: &Target<'_>) -> Result<String, ApiError> {
     t.message_id.clone().ok_or_else(ApiError::invalid_uri)
 }
 

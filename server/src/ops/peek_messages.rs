@@ -20,14 +20,14 @@ impl Op for PeekMessages {
         account_sas: Some(("o", "r")),
     };
 
-    fn parse(_: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(PeekMessages {
             queue: super::queue_of(t)?,
             n: super::int_param(t, "numofmessages")?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, PeekMessages { queue, n }) = (t.account.clone(), self);
         let owner = ctx.router.owner_of(&account, &queue);
         let peeked = ctx

@@ -22,7 +22,7 @@ impl Op for PutMessage {
         account_sas: Some(("o", "a")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(PutMessage {
             queue: super::queue_of(t)?,
             visibility_timeout: super::int_param(t, "visibilitytimeout")?,
@@ -31,7 +31,7 @@ impl Op for PutMessage {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let PutMessage {
             queue,

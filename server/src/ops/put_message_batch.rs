@@ -32,7 +32,7 @@ impl Op for PutMessageBatch {
         account_sas: Some(("o", "a")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         let root = xmlio::parse(&req.body)?;
         if root.name != "QueueMessageBatch" {
             return Err(ApiError::invalid_xml("The root element must be QueueMessageBatch."));
@@ -53,7 +53,7 @@ impl Op for PutMessageBatch {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let PutMessageBatch {
             queue,

@@ -21,14 +21,14 @@ impl Op for SetQueueAcl {
         account_sas: None,
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(SetQueueAcl {
             queue: super::queue_of(t)?,
             acl: xmlio::parse_signed_identifiers(&req.body)?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, SetQueueAcl { queue, acl }) = (t.account.clone(), self);
         let owner = ctx.router.owner_of(&account, &queue);
         ctx.router

@@ -20,14 +20,14 @@ impl Op for SetQueueMetadata {
         account_sas: Some(("c", "w")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(SetQueueMetadata {
             queue: super::queue_of(t)?,
             metadata: super::metadata_of(req)?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, SetQueueMetadata { queue, metadata }) = (t.account.clone(), self);
         super::check_dead_letter_queue(ctx, &account, &queue, &metadata).await?;
         let owner = ctx.router.owner_of(&account, &queue);

@@ -19,11 +19,11 @@ impl Op for SetServiceProperties {
         account_sas: Some(("s", "w")),
     };
 
-    fn parse(req: &Request, _: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, _: &Target<'_>) -> Result<Self, ApiError> {
         Ok(SetServiceProperties { body: req.body.clone() })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let (account, body) = (t.account.clone(), self.body);
         ctx.router
             .exec(0, move |_, service| async move {

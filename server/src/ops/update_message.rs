@@ -24,7 +24,7 @@ impl Op for UpdateMessage {
         account_sas: Some(("oc", "u")),
     };
 
-    fn parse(req: &Request, t: &Target) -> Result<Self, ApiError> {
+    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         let receipt = super::required(t, "popreceipt")?.to_string();
         let vt = super::required(t, "visibilitytimeout")?;
         let visibility_timeout = vt
@@ -46,7 +46,7 @@ impl Op for UpdateMessage {
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target) -> Result<Response, ApiError> {
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
         let account = t.account.clone();
         let UpdateMessage {
             queue,
