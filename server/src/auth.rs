@@ -328,8 +328,7 @@ pub fn shared_key(req: &Request, account: &Account, t: &Target<'_>, now: SystemT
     )))
 }
 
-/// SAS fields from the query (decoded).
-/// Borrowed from the request's [`Target`].
+/// SAS fields from the query (decoded), borrowed from the request's [`Target`].
 #[derive(Debug, Default, Clone)]
 pub struct Sas<'t> {
     pub sv: Option<&'t str>,
