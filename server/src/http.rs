@@ -238,21 +238,11 @@ impl Response {
     }
 }
 
-/// The `Date` header's text for `now` (RFC 9110 §5.6.7). It has second
-/// resolution, so each core formats it once a second and copies it after.
+/// The `Date` header's text for `now` (RFC 9110 §5.6.7), from the per-core
+/// texts of [`crate::xmlio::push_rfc1123`]: it has second resolution.
 pub fn http_date(now: std::time::SystemTime) -> String {
-    thread_local! {
-        // (seconds since the epoch, their text); owned by this core.
-        static LAST: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
-    }
-    let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    LAST.with_borrow_mut(|(at, text)| {
-        if *at != secs {
-            *text = httpdate::fmt_http_date(now);
-            *at = secs;
-        }
-        text.clone()
-    })
+    let ms = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    crate::xmlio::rfc1123(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// Appends `n` in decimal.

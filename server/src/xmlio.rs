@@ -35,14 +35,39 @@ pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
 
 /// RFC 1123 (`Sun, 22 Nov 2026 10:43:06 GMT`) from milliseconds since the epoch.
 pub fn rfc1123(ms: u64) -> String {
+    let mut s = String::with_capacity(29);
+    push_rfc1123(&mut s, ms);
+    s
+}
+
+/// Appends [`rfc1123`]'s text. The texts have second resolution, and an
+/// answer's times are mostly "now" and "now + TTL", so each core keeps the
+/// last few seconds' texts (formatting three times per put was 2% of it).
+pub fn push_rfc1123(out: &mut String, ms: u64) {
     // Times here come from our own clock plus bounded timeouts; a value past
     // SystemTime's range still prints (as the latest time) rather than panic.
     // (httpdate refuses years past 9999, so the value is capped there first).
     const LAST_HTTP_DATE_MS: u64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
-    let t = UNIX_EPOCH
-        .checked_add(Duration::from_millis(ms.min(LAST_HTTP_DATE_MS)))
-        .unwrap_or(UNIX_EPOCH);
-    httpdate::fmt_http_date(t)
+    thread_local! {
+        // (seconds since the epoch, their text), indexed by seconds % 4; owned by this core.
+        static TEXTS: std::cell::RefCell<[(u64, String); 4]> =
+            const { std::cell::RefCell::new([const { (u64::MAX, String::new()) }; 4]) };
+    }
+    let secs = ms.min(LAST_HTTP_DATE_MS) / 1000;
+    let format = || {
+        let t = UNIX_EPOCH.checked_add(Duration::from_secs(secs)).unwrap_or(UNIX_EPOCH);
+        httpdate::fmt_http_date(t)
+    };
+    TEXTS.with_borrow_mut(|texts| match texts.get_mut(usize::from((secs % 4) as u8)) {
+        Some((at, text)) => {
+            if *at != secs {
+                *text = format();
+                *at = secs;
+            }
+            out.push_str(text);
+        }
+        None => out.push_str(&format()),
+    })
 }
 
 /// ISO 8601 with seven fractional digits, as Azure writes ACL times and error times.
@@ -80,7 +105,9 @@ pub fn parse_iso8601(s: &str) -> Option<OffsetDateTime> {
 
 /// Put Message's 201 body (REST reference: "Put Message").
 pub fn write_put(p: &engine::shard::PutReceipt) -> String {
-    let mut s = format!("{DECL}<QueueMessagesList><QueueMessage>");
+    let mut s = String::with_capacity(512);
+    s.push_str(DECL);
+    s.push_str("<QueueMessagesList><QueueMessage>");
     write_put_fields(&mut s, p);
     s.push_str("</QueueMessage></QueueMessagesList>");
     s
@@ -89,16 +116,17 @@ pub fn write_put(p: &engine::shard::PutReceipt) -> String {
 /// The fields of one stored message in Put Message's answer, also each
 /// stored entry of Put Message Batch's.
 pub fn write_put_fields(s: &mut String, p: &engine::shard::PutReceipt) {
-    use std::fmt::Write;
-    let _ = write!(
-        s,
-        "<MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible>",
-        p.id,
-        rfc1123(p.inserted_ms),
-        rfc1123(p.expires_ms),
-        p.pop_receipt,
-        rfc1123(p.visible_ms)
-    );
+    s.push_str("<MessageId>");
+    s.push_str(p.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()));
+    s.push_str("</MessageId><InsertionTime>");
+    push_rfc1123(s, p.inserted_ms);
+    s.push_str("</InsertionTime><ExpirationTime>");
+    push_rfc1123(s, p.expires_ms);
+    s.push_str("</ExpirationTime><PopReceipt>");
+    s.push_str(&p.pop_receipt);
+    s.push_str("</PopReceipt><TimeNextVisible>");
+    push_rfc1123(s, p.visible_ms);
+    s.push_str("</TimeNextVisible>");
 }
 
 /// A `QueueMessagesList`, each message written by `item`; the empty list is
@@ -497,6 +525,34 @@ mod tests {
                 assert_eq!(fast, slow_text(&body), "char U+{:04X} at {at}", u32::from(c));
             }
         }
+    }
+
+    #[test]
+    fn remembered_rfc1123_texts_match_fresh_ones() {
+        let fresh = |ms: u64| {
+            let capped = ms.min(253_402_300_799_000);
+            httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(capped))
+        };
+        let base = 1_795_000_000_000u64;
+        // Same slot (seconds 4 apart), same second at other milliseconds,
+        // back and forth, the epoch and past the cap.
+        for ms in [
+            base,
+            base + 4_000,
+            base,
+            base + 999,
+            base + 1_000,
+            base + 8_001,
+            0,
+            999,
+            u64::MAX,
+            base,
+        ] {
+            assert_eq!(rfc1123(ms), fresh(ms), "{ms}");
+        }
+        let mut s = String::from("x");
+        push_rfc1123(&mut s, base);
+        assert_eq!(s, format!("x{}", fresh(base)));
     }
 
     #[test]
