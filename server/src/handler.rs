@@ -145,14 +145,14 @@ fn valid_version(v: &str) -> bool {
         && v >= "2009-09-19"
 }
 
-async fn authenticate<D: Disk>(
+async fn authenticate<'t, D: Disk>(
     ctx: &Ctx<D>,
     req: &Request,
-    t: &Target<'_>,
+    t: &'t Target<'_>,
     account: &Account,
     now: SystemTime,
     peer: IpAddr,
-) -> Result<Principal, ApiError> {
+) -> Result<Principal<'t>, ApiError> {
     if let Some(header) = req.header("authorization") {
         if let (Some(token), true) = (header.strip_prefix("Bearer "), ctx.security.oauth) {
             crate::oauth::check_basic(token.trim(), &account.name, now)?;

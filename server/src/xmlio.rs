@@ -42,32 +42,51 @@ pub fn rfc1123(ms: u64) -> String {
 
 /// Appends [`rfc1123`]'s text. The texts have second resolution, and an
 /// answer's times are mostly "now" and "now + TTL", so each core keeps the
-/// last few seconds' texts (formatting three times per put was 2% of it).
+/// last few distinct seconds' texts (formatting three times per put was 2%
+/// of it). The slots are searched, not indexed by the second: "now" and
+/// "now + 7 days" would share any slot chosen by seconds modulo a power of
+/// two, and evict each other on every put.
 pub fn push_rfc1123(out: &mut String, ms: u64) {
     // Times here come from our own clock plus bounded timeouts; a value past
     // SystemTime's range still prints (as the latest time) rather than panic.
     // (httpdate refuses years past 9999, so the value is capped there first).
     const LAST_HTTP_DATE_MS: u64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
+    const SLOTS: usize = 4;
+    struct Texts {
+        /// (seconds since the epoch, their text); u64::MAX marks an empty slot.
+        slots: [(u64, String); SLOTS],
+        /// The slot the next miss overwrites (round robin).
+        victim: usize,
+    }
     thread_local! {
-        // (seconds since the epoch, their text), indexed by seconds % 4; owned by this core.
-        static TEXTS: std::cell::RefCell<[(u64, String); 4]> =
-            const { std::cell::RefCell::new([const { (u64::MAX, String::new()) }; 4]) };
+        // Owned by this core.
+        static TEXTS: std::cell::RefCell<Texts> = const {
+            std::cell::RefCell::new(Texts { slots: [const { (u64::MAX, String::new()) }; SLOTS], victim: 0 })
+        };
     }
     let secs = ms.min(LAST_HTTP_DATE_MS) / 1000;
-    let format = || {
-        let t = UNIX_EPOCH.checked_add(Duration::from_secs(secs)).unwrap_or(UNIX_EPOCH);
-        httpdate::fmt_http_date(t)
-    };
-    TEXTS.with_borrow_mut(|texts| match texts.get_mut(usize::from((secs % 4) as u8)) {
-        Some((at, text)) => {
-            if *at != secs {
-                *text = format();
-                *at = secs;
-            }
+    TEXTS.with_borrow_mut(|texts| {
+        if let Some((_, text)) = texts.slots.iter().find(|(at, _)| *at == secs) {
             out.push_str(text);
+            return;
         }
-        None => out.push_str(&format()),
+        let t = UNIX_EPOCH.checked_add(Duration::from_secs(secs)).unwrap_or(UNIX_EPOCH);
+        let text = httpdate::fmt_http_date(t);
+        out.push_str(&text);
+        #[cfg(test)]
+        RFC1123_FORMATS.with(|n| n.set(n.get().saturating_add(1)));
+        let victim = texts.victim % SLOTS;
+        if let Some(slot) = texts.slots.get_mut(victim) {
+            *slot = (secs, text);
+        }
+        texts.victim = victim.checked_add(1).filter(|&v| v < SLOTS).unwrap_or(0);
     })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many RFC 1123 texts this thread formatted (tests only).
+    static RFC1123_FORMATS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// ISO 8601 with seven fractional digits, as Azure writes ACL times and error times.
@@ -353,17 +372,27 @@ fn plain_message_text(body: &str) -> Option<&str> {
 fn plain_text_bytes(text: &str) -> bool {
     // Keep in step with `check_xml_chars`: its refusals must all be here.
     const CHUNK: usize = 32;
-    let bad = |b: u8| (b < 0x20 && b != b'\t' && b != b'\n') || b == b'<' || b == b'&';
-    let (mut any_bracket, mut any_ef) = (false, false);
+    const BAD: u8 = 1;
+    const BRACKET: u8 = 2;
+    const EF: u8 = 4;
+    // Non-short-circuit `&` and `|` on bools and one flag byte per chunk:
+    // no branch per byte, so the loop compiles to vector compares. (Three
+    // `||` folds per chunk stayed scalar: about five instructions a byte.)
+    let flags = |b: u8| {
+        let control = (b < 0x20) & (b != b'\t') & (b != b'\n');
+        let bad = control | (b == b'<') | (b == b'&');
+        u8::from(bad) | u8::from(b == b']').wrapping_mul(BRACKET) | u8::from(b == 0xEF).wrapping_mul(EF)
+    };
+    let mut seen = 0u8;
     let chunks = text.as_bytes().chunks_exact(CHUNK);
     let tail = chunks.remainder();
     for chunk in chunks.chain([tail]) {
-        if chunk.iter().fold(false, |acc, &b| acc | bad(b)) {
+        seen |= chunk.iter().fold(0u8, |acc, &b| acc | flags(b));
+        if seen & BAD != 0 {
             return false;
         }
-        any_bracket |= chunk.iter().fold(false, |acc, &b| acc | (b == b']'));
-        any_ef |= chunk.iter().fold(false, |acc, &b| acc | (b == 0xEF));
     }
+    let (any_bracket, any_ef) = (seen & BRACKET != 0, seen & EF != 0);
     // Single-character searches use memchr; only flagged texts pay them.
     let cdata_end = any_bracket && text.contains("]]>");
     let non_char = any_ef && (text.contains('\u{FFFE}') || text.contains('\u{FFFF}'));
@@ -553,6 +582,24 @@ mod tests {
         let mut s = String::from("x");
         push_rfc1123(&mut s, base);
         assert_eq!(s, format!("x{}", fresh(base)));
+    }
+
+    #[test]
+    fn a_puts_times_are_formatted_once_per_distinct_second() {
+        // A put answers with now, now + 7 days (the default TTL) and now
+        // again, and the Date header is now: two distinct seconds.
+        let now = 1_795_000_123_456u64;
+        let week = 7 * 24 * 3600 * 1000;
+        let formats = || RFC1123_FORMATS.with(|n| n.get());
+        rfc1123(now);
+        rfc1123(now + week);
+        let before = formats();
+        for _ in 0..3 {
+            for ms in [now, now + week, now + 1, now + week + 2] {
+                rfc1123(ms);
+            }
+        }
+        assert_eq!(formats(), before, "both seconds stay remembered");
     }
 
     #[test]

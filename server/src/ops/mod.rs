@@ -138,7 +138,7 @@ async fn go<O: Op, D: Disk>(
     ctx: &Ctx<D>,
     req: &Request,
     t: &Target<'_>,
-    who: &Principal,
+    who: &Principal<'_>,
 ) -> Result<Response, ApiError> {
     crate::auth::authorize(who, &O::NEEDS)?;
     check_body_headers(req)?;
@@ -151,7 +151,7 @@ pub async fn run<D: Disk>(
     ctx: &Ctx<D>,
     req: &Request,
     t: &Target<'_>,
-    who: &Principal,
+    who: &Principal<'_>,
 ) -> Result<Response, ApiError> {
     use Operation::*;
     // Bodies above Azure's limit exist only with `--max-message-kib` above
