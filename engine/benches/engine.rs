@@ -23,7 +23,7 @@ fn put_record(len: usize) -> Record {
         visible_ms: 3,
         dequeue_count: 0,
         receipt: 4,
-        body: vec![b'x'; len],
+        body: vec![b'x'; len].into(),
     })
 }
 

@@ -171,8 +171,8 @@ impl<D: Disk> Shard<D> {
             // be laundered under a fresh checksum and the evidence deleted.
             // The error stops compaction; the segment stays for the operator.
             let (body, cached) = match src {
-                BodySource::Cached(b) => (b.to_vec(), Some(b)),
-                BodySource::Disk(r, loc) => (self.read_text(&r, loc).await?, None),
+                BodySource::Cached(b) => (b.clone(), Some(b)),
+                BodySource::Disk(r, loc) => (Rc::from(self.read_text(&r, loc).await?), None),
             };
             self.wal.reserve(self.now()).await?;
             let mut st = self.st.borrow_mut();

@@ -210,9 +210,9 @@ impl<D: Disk> Shard<D> {
                 visible_ms: now,
                 dequeue_count: dl.dequeue_count,
                 receipt: self.nonce(),
-                body: body.to_vec(),
+                body,
             };
-            let (_, lsn) = self.insert(st, wal, now, state, body)?;
+            let (_, lsn) = self.insert(st, wal, now, state)?;
             Ok(((), lsn))
         })
         .await

@@ -246,7 +246,7 @@ fn message_from_state(m: &MessageState, pos: RecordPos) -> Message {
     }
 }
 
-fn state_of(qid: u64, m: &Message, body: Vec<u8>) -> MessageState {
+fn state_of(qid: u64, m: &Message, body: Rc<[u8]>) -> MessageState {
     MessageState {
         qid,
         seq: m.seq,
@@ -833,9 +833,9 @@ impl<D: Disk> Shard<D> {
             visible_ms: secs_after(now, vt),
             dequeue_count: 0,
             receipt,
-            body: body.to_vec(),
+            body,
         };
-        let (m, lsn) = self.insert(st, wal, now, state, body)?;
+        let (m, lsn) = self.insert(st, wal, now, state)?;
         let out = PutReceipt {
             id: m.id,
             inserted_ms: m.inserted_ms,
@@ -854,7 +854,6 @@ impl<D: Disk> Shard<D> {
         wal: &Wal<D>,
         now: u64,
         state: MessageState,
-        body: Rc<[u8]>,
     ) -> Result<(Message, u64), QueueError> {
         let rec = Record::MessagePut(state);
         let pos = wal.append(&rec)?;
@@ -863,7 +862,9 @@ impl<D: Disk> Shard<D> {
         };
         let m = message_from_state(&state, pos);
         wal.pin(m.body.seg, m.body.frame_len);
-        self.cache.borrow_mut().insert((m.body.seg, m.body.offset), body);
+        self.cache
+            .borrow_mut()
+            .insert((m.body.seg, m.body.offset), state.body.clone());
         let q = st.queues.get_mut(&state.qid).expect("named queue exists");
         q.last_lsn = pos.lsn;
         let before = self.next_visible_if_watched(q, now);
@@ -883,7 +884,7 @@ impl<D: Disk> Shard<D> {
         next: Message,
         body: Rc<[u8]>,
     ) -> Result<RecordPos, QueueError> {
-        let rec = Record::MessageReplaced(state_of(q.qid, &next, body.to_vec()));
+        let rec = Record::MessageReplaced(state_of(q.qid, &next, body.clone()));
         let pos = wal.append(&rec)?;
         let Record::MessageReplaced(state) = rec else {
             unreachable!("built above")

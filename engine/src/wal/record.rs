@@ -14,6 +14,7 @@
 )]
 
 use crate::model::{Metadata, SignedIdentifier};
+use std::rc::Rc;
 
 /// Frame kinds. The numbers are part of the on-disk format.
 pub mod kind {
@@ -47,7 +48,9 @@ pub struct MessageState {
     pub visible_ms: u64,
     pub dequeue_count: u64,
     pub receipt: u64,
-    pub body: Vec<u8>,
+    /// Shared with the body cache: a put's text is copied once into this
+    /// and then only into its WAL frame.
+    pub body: Rc<[u8]>,
 }
 
 /// Bytes of a `MessageState` body before the text; lets the writer compute
@@ -344,7 +347,7 @@ impl Reader<'_> {
             receipt: self.u64()?,
             body: {
                 let n = self.u32()? as usize;
-                self.bytes(n)?.to_vec()
+                Rc::from(self.bytes(n)?)
             },
         })
     }
@@ -434,7 +437,7 @@ mod tests {
             visible_ms: 5,
             dequeue_count: 6,
             receipt: 7,
-            body: b"text <&>".to_vec(),
+            body: b"text <&>".to_vec().into(),
         };
         vec![
             Record::Commit { len: 100, records: 3 },
@@ -505,7 +508,7 @@ mod tests {
             visible_ms: 0,
             dequeue_count: 0,
             receipt: 0,
-            body: b"abc".to_vec(),
+            body: b"abc".to_vec().into(),
         };
         let mut b = Vec::new();
         Record::MessagePut(m).encode(&mut b).unwrap();
