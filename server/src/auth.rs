@@ -514,11 +514,10 @@ pub fn account_sas<'t>(
         sv,
         opt(&sas.ses),
     ];
-    // The encryption scope line exists from version 2020-12-06 on.
-    let signed = if sv >= "2020-12-06" {
-        fields.as_slice()
-    } else {
-        fields.get(..9).unwrap_or(&fields)
+    // The encryption scope line, the last, exists from version 2020-12-06 on.
+    let signed = match fields.split_last() {
+        Some((_, before_ses)) if sv < "2020-12-06" => before_ses,
+        _ => fields.as_slice(),
     };
     let sts = lines_to_sign(signed);
     if !sas_verifies(&account.keys, &sts, opt(&sas.sig)) {

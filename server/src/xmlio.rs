@@ -381,7 +381,9 @@ fn plain_text_bytes(text: &str) -> bool {
     let flags = |b: u8| {
         let control = (b < 0x20) & (b != b'\t') & (b != b'\n');
         let bad = control | (b == b'<') | (b == b'&');
-        u8::from(bad) | u8::from(b == b']').wrapping_mul(BRACKET) | u8::from(b == 0xEF).wrapping_mul(EF)
+        u8::from(bad).wrapping_mul(BAD)
+            | u8::from(b == b']').wrapping_mul(BRACKET)
+            | u8::from(b == 0xEF).wrapping_mul(EF)
     };
     let mut seen = 0u8;
     let chunks = text.as_bytes().chunks_exact(CHUNK);
