@@ -293,6 +293,24 @@ fn render_shards(out: &mut String, cores: &[CoreSnapshot]) {
     for c in cores {
         log2_histogram(out, "hematite_wal_fdatasync_seconds", c.shard, &c.commits.sync);
     }
+    header(
+        out,
+        "hematite_wal_write_seconds",
+        "histogram",
+        "Data write (O_DIRECT, io_uring) of each group commit.",
+    );
+    for c in cores {
+        log2_histogram(out, "hematite_wal_write_seconds", c.shard, &c.commits.write);
+    }
+    header(
+        out,
+        "hematite_wal_commit_seconds",
+        "histogram",
+        "Whole group commit: write, fdatasync and the seal of a rotation.",
+    );
+    for c in cores {
+        log2_histogram(out, "hematite_wal_commit_seconds", c.shard, &c.commits.total);
+    }
     per_shard(
         out,
         cores,

@@ -138,6 +138,8 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
     );
     assert!(value(&after, "hematite_request_body_bytes_total").unwrap_or(0.0) > 0.0);
     assert!(after.contains("hematite_wal_fdatasync_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
+    assert!(after.contains("hematite_wal_write_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
+    assert!(after.contains("hematite_wal_commit_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
 
     // A SAS request: its signature must not reach the log.
     let sas = hematite_client::service_sas(

@@ -40,6 +40,9 @@ pub struct Faults {
     /// The read after this many reads returns one bit flipped (bad media,
     /// a bad cable). Fires once.
     pub flip_read_after: Option<u64>,
+    /// Extra turns an fdatasync gives other tasks before it completes (a
+    /// slower device): more work interleaves with each commit in flight.
+    pub sync_yields: u32,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -427,7 +430,10 @@ impl DiskFile for SimFile {
     async fn sync(&self) -> io::Result<()> {
         // Let other tasks run while the "device" flushes, so group commit has
         // something to group, as on a real disk.
-        futures_lite::future::yield_now().await;
+        let extra = self.disk.st.borrow().faults.sync_yields;
+        for _ in 0..=extra {
+            futures_lite::future::yield_now().await;
+        }
         {
             let mut st = self.disk.st.borrow_mut();
             if countdown(&mut st.faults.fail_sync_after) {
