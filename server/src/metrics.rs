@@ -284,32 +284,29 @@ fn render_shards(out: &mut String, cores: &[CoreSnapshot]) {
         "Bytes written to the log, padding included.",
         |c| c.commits.bytes.to_string(),
     );
-    header(
-        out,
-        "hematite_wal_fdatasync_seconds",
-        "histogram",
-        "fdatasync time of each group commit.",
-    );
-    for c in cores {
-        log2_histogram(out, "hematite_wal_fdatasync_seconds", c.shard, &c.commits.sync);
-    }
-    header(
-        out,
-        "hematite_wal_write_seconds",
-        "histogram",
-        "Data write (O_DIRECT, io_uring) of each group commit.",
-    );
-    for c in cores {
-        log2_histogram(out, "hematite_wal_write_seconds", c.shard, &c.commits.write);
-    }
-    header(
-        out,
-        "hematite_wal_commit_seconds",
-        "histogram",
-        "Whole group commit: write, fdatasync and the seal of a rotation.",
-    );
-    for c in cores {
-        log2_histogram(out, "hematite_wal_commit_seconds", c.shard, &c.commits.total);
+    type Pick = fn(&CoreSnapshot) -> &Log2Histogram;
+    let histograms: [(&str, &str, Pick); 3] = [
+        (
+            "hematite_wal_fdatasync_seconds",
+            "fdatasync time of each group commit.",
+            |c| &c.commits.sync,
+        ),
+        (
+            "hematite_wal_write_seconds",
+            "Data write (O_DIRECT, io_uring) of each group commit.",
+            |c| &c.commits.write,
+        ),
+        (
+            "hematite_wal_commit_seconds",
+            "Each group commit attempt, failed ones included: write, fdatasync and a rotation's seal.",
+            |c| &c.commits.total,
+        ),
+    ];
+    for (name, help, pick) in histograms {
+        header(out, name, "histogram", help);
+        for c in cores {
+            log2_histogram(out, name, c.shard, pick(c));
+        }
     }
     per_shard(
         out,

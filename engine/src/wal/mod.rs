@@ -248,8 +248,9 @@ pub struct Wal<D: Disk> {
     /// Waiters the commit in flight does not cover: one not yet woken is
     /// woken to lead when a commit ends, all of them when a commit starts
     /// (to wait on `changed` if it covers them) or the log is poisoned. A
-    /// woken waiter that is dropped passes its wake-up on (event-listener
-    /// does), so the role of next leader is never lost with a task.
+    /// waiter woken to lead that is dropped before it runs passes that
+    /// wake-up on to one not yet woken (event-listener does so for an
+    /// `additional` notification), so the role is never lost with a task.
     next_leader: Event,
 }
 
@@ -711,7 +712,9 @@ impl<D: Disk> Wal<D> {
                 }
                 Err(listener) => listener,
             };
-            // Re-check after registering, so a commit finishing in between is not missed.
+            // Registering and the checks above run with no await between
+            // them, so this cannot fire today; it keeps a wake-up from being
+            // lost if an await ever comes between them.
             {
                 let st = self.st.borrow();
                 if st.durable_lsn >= lsn || st.poisoned.is_some() || !st.committing {
