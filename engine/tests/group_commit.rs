@@ -124,7 +124,10 @@ fn every_waiter_returns_once_its_record_is_durable() {
                 recovered.push(pos.lsn)
             }))
             .expect("the crash image recovers");
-            assert!(recovered.contains(lsn), "LSN {lsn} was answered but a crash then lost it");
+            assert!(
+                recovered.contains(lsn),
+                "LSN {lsn} was answered but a crash then lost it"
+            );
         }
     }
 }
@@ -214,7 +217,10 @@ fn a_waiter_woken_to_lead_that_finds_its_record_durable_strands_no_one() {
     // Commit 2 ends; A, still not run, finds its record durable.
     m.run_to_end();
     assert!(a.poll(), "A's record is durable");
-    assert!(c.woken(), "C needs a commit and nobody is left to lead it, yet C was never woken");
+    assert!(
+        c.woken(),
+        "C needs a commit and nobody is left to lead it, yet C was never woken"
+    );
     c.run_to_end();
     assert_eq!(wal.durable_lsn(), wal.last_lsn());
 }
