@@ -244,6 +244,19 @@ impl Queue {
     /// Inserts or replaces a message; returns the replaced one.
     pub fn upsert(&mut self, m: Message) -> Option<Message> {
         let old = self.remove(m.seq);
+        self.index(m);
+        old
+    }
+
+    /// Inserts a message with a fresh sequence number (a put, a dead-letter
+    /// move): no message can hold it, so the lookup and removal `upsert`
+    /// starts with are skipped (a miss in the message table on every put).
+    pub fn insert_new(&mut self, m: Message) {
+        debug_assert!(!self.messages.contains_key(&m.seq), "sequence number {} reused", m.seq);
+        self.index(m);
+    }
+
+    fn index(&mut self, m: Message) {
         if cfg!(debug_assertions) {
             assert!(self.find(&m.id).is_none(), "id index: id {} held twice", m.id);
         }
@@ -252,9 +265,10 @@ impl Queue {
         if Self::is_foreign(&m) {
             self.foreign_ids.insert(m.id, m.seq);
         }
-        self.messages.insert(m.seq, m);
+        let seq = m.seq;
+        let replaced = self.messages.insert(seq, m);
+        assert!(replaced.is_none(), "message {seq} indexed over another");
         self.check_sizes();
-        old
     }
 
     /// The cheap part of [`Queue::check_invariants`], run at every

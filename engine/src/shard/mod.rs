@@ -181,9 +181,43 @@ pub struct QueueDump {
     pub messages: Vec<(Message, String)>,
 }
 
+/// The queue names of one shard: account, then queue name, to queue id.
+/// Two levels, so a lookup borrows the request's names instead of copying
+/// both into a key (two allocations per request). Owned by the shard.
+#[derive(Default)]
+struct Names(BTreeMap<String, BTreeMap<String, u64>>);
+
+impl Names {
+    fn get(&self, account: &str, name: &str) -> Option<u64> {
+        self.0.get(account)?.get(name).copied()
+    }
+
+    fn insert(&mut self, account: String, name: String, qid: u64) {
+        self.0.entry(account).or_default().insert(name, qid);
+    }
+
+    fn remove(&mut self, account: &str, name: &str) {
+        if let Some(queues) = self.0.get_mut(account) {
+            queues.remove(name);
+            if queues.is_empty() {
+                self.0.remove(account);
+            }
+        }
+    }
+
+    /// The queues of `account` named `start` or after, in name order.
+    fn from<'a>(&'a self, account: &str, start: &'a str) -> impl Iterator<Item = (&'a String, &'a u64)> + 'a {
+        use std::ops::Bound;
+        self.0
+            .get(account)
+            .into_iter()
+            .flat_map(move |queues| queues.range::<str, _>((Bound::Included(start), Bound::Unbounded)))
+    }
+}
+
 struct State {
     queues: HashMap<u64, Queue>,
-    names: BTreeMap<(String, String), u64>,
+    names: Names,
     /// Source of queue ids and message sequence numbers (receipt nonces are
     /// random). Recovered as one more than the largest seen.
     next_id: u64,
@@ -219,7 +253,7 @@ impl State {
     }
 
     fn lookup(&self, account: &str, name: &str) -> Option<u64> {
-        self.names.get(&(account.to_string(), name.to_string())).copied()
+        self.names.get(account, name)
     }
 
     fn queue_mut(&mut self, account: &str, name: &str) -> Result<&mut Queue, QueueError> {
@@ -368,7 +402,7 @@ impl<D: Disk> Shard<D> {
         cfg.validate().map_err(StorageError::Config)?;
         let mut state = State {
             queues: HashMap::new(),
-            names: BTreeMap::new(),
+            names: Names::default(),
             next_id: 1,
             clock_floor: 0,
             clock_lsn: 0,
@@ -615,7 +649,7 @@ impl<D: Disk> Shard<D> {
                 let mut q = Queue::new(qid, account.clone(), name.clone(), metadata);
                 let pos = write_definition(wal, &mut q, false)?;
                 st.queues.insert(qid, q);
-                st.names.insert((account, name), qid);
+                st.names.insert(account, name, qid);
                 Ok((Ok(Created::New), pos.lsn))
             })
             .await?;
@@ -627,7 +661,7 @@ impl<D: Disk> Shard<D> {
             let qid = st.lookup(account, name).ok_or(QueueError::QueueNotFound)?;
             let pos = wal.append(&Record::QueueDeleted { qid })?;
             let mut q = st.queues.remove(&qid).expect("named queue exists");
-            st.names.remove(&(q.account.clone(), q.name.clone()));
+            st.names.remove(&q.account, &q.name);
             self.waiters.wake_all(qid);
             wal.unpin(q.def_seg, q.def_frame_len);
             st.cleared.push(q.take_all());
@@ -738,9 +772,8 @@ impl<D: Disk> Shard<D> {
             _ => prefix.to_string(),
         };
         let mut out = Vec::new();
-        let range = st.names.range((account.to_string(), start)..);
-        for ((acct, name), qid) in range {
-            if acct != account || !name.starts_with(prefix) {
+        for (name, qid) in st.names.from(account, &start) {
+            if !name.starts_with(prefix) {
                 break;
             }
             if out.len() == max {
@@ -868,7 +901,7 @@ impl<D: Disk> Shard<D> {
         let q = st.queues.get_mut(&state.qid).expect("named queue exists");
         q.last_lsn = pos.lsn;
         let before = self.next_visible_if_watched(q, now);
-        q.upsert(m.clone());
+        q.insert_new(m.clone());
         self.poke(q, now, before);
         Ok((m, pos.lsn))
     }

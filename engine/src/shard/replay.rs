@@ -41,7 +41,7 @@ impl State {
         q.acl = acl;
         q.def_seg = pos.seg;
         q.def_frame_len = pos.frame_len;
-        self.names.insert((account, name), qid);
+        self.names.insert(account, name, qid);
     }
 
     /// Applies one replayed record.
@@ -63,7 +63,7 @@ impl State {
             Record::QueueDeleted { qid } => {
                 self.orphans.remove(&qid);
                 if let Some(q) = self.queues.remove(&qid) {
-                    self.names.remove(&(q.account, q.name));
+                    self.names.remove(&q.account, &q.name);
                 }
             }
             Record::MessagePut(m) | Record::MessageRewritten(m) | Record::MessageReplaced(m) => {
