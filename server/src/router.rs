@@ -170,11 +170,15 @@ mod tests {
     #[test]
     fn the_owner_is_the_hash_of_account_slash_queue() {
         let long = "q".repeat(200);
+        // The key `acct/…` is 128 bytes (the stack buffer's size), then 129.
+        let (fits, spills) = ("q".repeat(123), "q".repeat(124));
         for (account, queue) in [
             ("devstoreaccount1", "orders"),
             ("a", ""),
             ("", "q"),
             ("acct", long.as_str()),
+            ("acct", fits.as_str()),
+            ("acct", spills.as_str()),
         ] {
             for shards in [1usize, 2, 3, 7, 64] {
                 let want = xxhash_rust::xxh3::xxh3_64(format!("{account}/{queue}").as_bytes()) % shards as u64;
