@@ -84,6 +84,11 @@ const _: () = assert!(max_append_body(MAX_MESSAGE_BYTES_CEILING) <= MAX_RECORD_B
 /// machine's ext4) runs beside the commits. Each spare holds one segment's
 /// disk space.
 pub const MAX_SPARE_SEGMENTS: usize = 2;
+/// Queue ids and message sequence numbers come from one counter per shard,
+/// one per queue or message: 2^62 of them take 146,000 years at a million
+/// a second. A log that names one at or above this was not written by
+/// Hematite, and is refused at recovery, so the counter never wraps.
+pub const ID_SPACE: u64 = 1 << 62;
 /// Default segment size at which the writer rotates.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Largest record body the writer appends with Azure's message size: a full

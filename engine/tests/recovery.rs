@@ -352,3 +352,46 @@ fn every_failing_sync_and_write_point_keeps_the_acknowledged_prefix() {
         }
     }
 }
+
+/// A checksum-valid record that names an id no shard can hand out (only a
+/// crafted or foreign log holds one) is refused at recovery, instead of
+/// letting the id counter wrap and a later put land on an existing
+/// message's sequence number.
+#[test]
+fn a_log_naming_an_impossible_id_is_refused() {
+    use engine::wal::record::{MessageState, Record};
+    use engine::wal::{Wal, WalConfig};
+    for (seq, refused) in [
+        (engine::limits::ID_SPACE - 1, false),
+        (engine::limits::ID_SPACE, true),
+        (u64::MAX, true),
+    ] {
+        let disk = SimDisk::new();
+        block_on(async {
+            let (wal, _) = Wal::open(disk.clone(), WalConfig::new(0), T0, &mut |_, _| {})
+                .await
+                .expect("opens");
+            wal.reserve(T0).await.expect("room");
+            let state = MessageState {
+                qid: 1,
+                seq,
+                id: [0; 16],
+                inserted_ms: T0,
+                expires_ms: T0 + 1_000,
+                visible_ms: T0,
+                dequeue_count: 0,
+                receipt: 0,
+                body: Rc::from(&b"x"[..]),
+            };
+            let lsn = wal.append(&Record::MessagePut(state)).expect("appends").lsn;
+            wal.wait_durable(lsn).await.expect("durable");
+        });
+        let clock = Rc::new(ManualClock::new(T0));
+        match block_on(Shard::open(disk, ShardConfig::new(0), clock)) {
+            Err(StorageError::Mismatch(why)) if refused => assert!(why.contains("not written by Hematite"), "{why}"),
+            Ok(_) if !refused => {}
+            Err(e) => panic!("seq {seq}: {e}"),
+            Ok(_) => panic!("seq {seq}: a log naming an impossible id was opened"),
+        }
+    }
+}

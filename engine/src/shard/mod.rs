@@ -239,6 +239,9 @@ struct State {
 impl State {
     fn id(&mut self) -> u64 {
         let id = self.next_id;
+        // Recovery refuses a log beyond `ID_SPACE`, and one id per queue or
+        // message cannot get there, so this never wraps.
+        assert!(id < ID_SPACE, "id space exhausted");
         self.next_id += 1;
         id
     }
@@ -420,6 +423,13 @@ impl<D: Disk> Shard<D> {
             Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
         // Messages of queues that were never (re)defined belong to deleted queues.
         state.orphans.clear();
+        if state.next_id > ID_SPACE {
+            return Err(StorageError::Mismatch(format!(
+                "the log of shard {} names queue or message id {}, beyond the {ID_SPACE} ids a shard can ever hand out: it was not written by Hematite",
+                cfg.shard_id,
+                state.next_id - 1
+            )));
+        }
         // Expired messages need no record: drop those expired by the recorded
         // clock floor (every answer given before the restart was at or below
         // it, so none of them can come back). Later ones go once an operation
