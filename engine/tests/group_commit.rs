@@ -187,32 +187,26 @@ impl Probe {
 fn a_waiter_woken_to_lead_that_finds_its_record_durable_strands_no_one() {
     let disk = SimDisk::new();
     let wal = open(&disk);
-    let lsn = |qid| {
-        futures::executor::block_on(wal.reserve(1_000)).expect("room");
-        wal.append(&Record::QueueDeleted { qid }).expect("appends").lsn
+    // A record appended, and a task (not yet polled) waiting for it.
+    let waiter = |qid| {
+        let w = wal.clone();
+        let lsn = futures::executor::block_on(append(&w, qid));
+        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
     };
     // L leads commit 1 and stops inside its fdatasync.
-    let l_lsn = lsn(1);
-    let w = wal.clone();
-    let mut l = Probe::new(async move { w.wait_durable(l_lsn).await.expect("durable") });
+    let mut l = waiter(1);
     assert!(!l.poll(), "commit 1 in flight");
     // A needs the next commit: it waits to lead.
-    let a_lsn = lsn(2);
-    let w = wal.clone();
-    let mut a = Probe::new(async move { w.wait_durable(a_lsn).await.expect("durable") });
+    let mut a = waiter(2);
     assert!(!a.poll());
     // Commit 1 ends and wakes A to lead, but A does not run yet.
     l.run_to_end();
     assert!(a.woken(), "A was chosen to lead");
     // M runs first and leads commit 2, which covers A's record.
-    let m_lsn = lsn(3);
-    let w = wal.clone();
-    let mut m = Probe::new(async move { w.wait_durable(m_lsn).await.expect("durable") });
+    let mut m = waiter(3);
     assert!(!m.poll(), "commit 2 in flight");
     // C arrives during commit 2 and waits to lead commit 3.
-    let c_lsn = lsn(4);
-    let w = wal.clone();
-    let mut c = Probe::new(async move { w.wait_durable(c_lsn).await.expect("durable") });
+    let mut c = waiter(4);
     assert!(!c.poll());
     // Commit 2 ends; A, still not run, finds its record durable.
     m.run_to_end();

@@ -88,7 +88,7 @@ fn has_bad_escape(s: &str) -> bool {
 /// searches by character set up a `memchr` per piece, which for a query's
 /// short names and values cost more than the scan (about 2,000
 /// instructions per request).
-fn split_ascii(s: &str, sep: u8) -> impl Iterator<Item = &str> {
+pub(crate) fn split_ascii(s: &str, sep: u8) -> impl Iterator<Item = &str> {
     debug_assert!(sep.is_ascii());
     let mut rest = Some(s);
     std::iter::from_fn(move || {
@@ -109,7 +109,7 @@ fn split_ascii(s: &str, sep: u8) -> impl Iterator<Item = &str> {
 /// `s.split_once(sep)` for an ASCII separator (see [`split_ascii`]). An
 /// ASCII byte is never inside a multi-byte character, so both sides are
 /// whole `str`s.
-fn split_once_ascii(s: &str, sep: u8) -> Option<(&str, &str)> {
+pub(crate) fn split_once_ascii(s: &str, sep: u8) -> Option<(&str, &str)> {
     let at = s.bytes().position(|b| b == sep)?;
     Some((s.get(..at)?, s.get(at.saturating_add(1)..)?))
 }

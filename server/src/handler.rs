@@ -124,9 +124,8 @@ pub fn redact_target(target: &str) -> String {
         let name = percent_encoding::percent_decode_str(k).decode_utf8_lossy();
         name.eq_ignore_ascii_case("sig") || name.eq_ignore_ascii_case("popreceipt")
     };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
+    let query: Vec<String> = crate::addressing::split_ascii(query, b'&')
+        .map(|pair| match crate::addressing::split_once_ascii(pair, b'=') {
             Some((k, _)) if secret(k) => format!("{k}=REDACTED"),
             _ => pair.to_string(),
         })
