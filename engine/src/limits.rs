@@ -86,8 +86,9 @@ const _: () = assert!(max_append_body(MAX_MESSAGE_BYTES_CEILING) <= MAX_RECORD_B
 pub const MAX_SPARE_SEGMENTS: usize = 2;
 /// Queue ids and message sequence numbers come from one counter per shard,
 /// one per queue or message: 2^62 of them take 146,000 years at a million
-/// a second. A log that names one at or above this was not written by
-/// Hematite, and is refused at recovery, so the counter never wraps.
+/// a second. A log whose counter would start at or beyond this (it names id
+/// `ID_SPACE - 1` or more) is refused at recovery, and the counter refuses
+/// to go past it, so it never wraps onto ids in use.
 pub const ID_SPACE: u64 = 1 << 62;
 /// Default segment size at which the writer rotates.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;

@@ -46,6 +46,8 @@ pub fn seq_in_id(id: &Uuid) -> Option<u64> {
 }
 
 const SEQ_IN_ID_MASK: u64 = (1 << 62) - 1;
+// Every sequence number a shard hands out fits in an id (crate::limits::ID_SPACE).
+const _: () = assert!(SEQ_IN_ID_MASK == crate::limits::ID_SPACE - 1);
 
 /// SplitMix64's finalizer: spreads the random half over the sequence half.
 fn mix(x: u64) -> u64 {

@@ -354,18 +354,16 @@ fn every_failing_sync_and_write_point_keeps_the_acknowledged_prefix() {
 }
 
 /// A checksum-valid record that names an id no shard can hand out (only a
-/// crafted or foreign log holds one) is refused at recovery, instead of
-/// letting the id counter wrap and a later put land on an existing
-/// message's sequence number.
+/// crafted or foreign log, or a bug, holds one) is refused at recovery. A
+/// log just below the bound opens, and once its last id is used the next
+/// request is refused with an error: the id counter never wraps onto ids in
+/// use, and nothing panics.
 #[test]
 fn a_log_naming_an_impossible_id_is_refused() {
+    use engine::limits::ID_SPACE;
     use engine::wal::record::{MessageState, Record};
     use engine::wal::{Wal, WalConfig};
-    for (seq, refused) in [
-        (engine::limits::ID_SPACE - 1, false),
-        (engine::limits::ID_SPACE, true),
-        (u64::MAX, true),
-    ] {
+    for (seq, refused) in [(ID_SPACE - 2, false), (ID_SPACE - 1, true), (u64::MAX, true)] {
         let disk = SimDisk::new();
         block_on(async {
             let (wal, _) = Wal::open(disk.clone(), WalConfig::new(0), T0, &mut |_, _| {})
@@ -388,8 +386,16 @@ fn a_log_naming_an_impossible_id_is_refused() {
         });
         let clock = Rc::new(ManualClock::new(T0));
         match block_on(Shard::open(disk, ShardConfig::new(0), clock)) {
-            Err(StorageError::Mismatch(why)) if refused => assert!(why.contains("not written by Hematite"), "{why}"),
-            Ok(_) if !refused => {}
+            Err(StorageError::Mismatch(why)) if refused => assert!(why.contains("not this server's counter"), "{why}"),
+            Ok(s) if !refused => block_on(async {
+                s.create_queue(ACCT, "last", Metadata::default())
+                    .await
+                    .expect("the last id is handed out");
+                match s.create_queue(ACCT, "beyond", Metadata::default()).await {
+                    Err(QueueError::Internal { reason }) => assert!(reason.contains("exhausted"), "{reason}"),
+                    other => panic!("an id beyond the space: {other:?}"),
+                }
+            }),
             Err(e) => panic!("seq {seq}: {e}"),
             Ok(_) => panic!("seq {seq}: a log naming an impossible id was opened"),
         }

@@ -203,7 +203,7 @@ impl<D: Disk> Shard<D> {
             }
             let state = MessageState {
                 qid,
-                seq: st.id(),
+                seq: st.id()?,
                 id: *dl.id.as_bytes(),
                 inserted_ms: dl.inserted_ms,
                 expires_ms: dl.expires_ms,

@@ -237,13 +237,19 @@ struct State {
 }
 
 impl State {
-    fn id(&mut self) -> u64 {
+    /// The next queue id or message sequence number. One per queue or
+    /// message never reaches `ID_SPACE`; a log that starts near it (refused
+    /// at recovery from `ID_SPACE` on) refuses the request instead of
+    /// wrapping the counter onto ids in use.
+    fn id(&mut self) -> Result<u64, QueueError> {
         let id = self.next_id;
-        // Recovery refuses a log beyond `ID_SPACE`, and one id per queue or
-        // message cannot get there, so this never wraps.
-        assert!(id < ID_SPACE, "id space exhausted");
+        if id >= ID_SPACE {
+            return Err(QueueError::Internal {
+                reason: format!("the shard's id space ({ID_SPACE} ids) is exhausted"),
+            });
+        }
         self.next_id += 1;
-        id
+        Ok(id)
     }
 
     /// Every queue's indexes agree. Run after every mutation in debug and
@@ -423,11 +429,11 @@ impl<D: Disk> Shard<D> {
             Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;
         // Messages of queues that were never (re)defined belong to deleted queues.
         state.orphans.clear();
-        if state.next_id > ID_SPACE {
+        if state.next_id >= ID_SPACE {
             return Err(StorageError::Mismatch(format!(
-                "the log of shard {} names queue or message id {}, beyond the {ID_SPACE} ids a shard can ever hand out: it was not written by Hematite",
-                cfg.shard_id,
-                state.next_id - 1
+                "the log names a queue or message id of {} or more, beyond the {} ids a shard hands out one per queue or message: a crafted or foreign log, or a bug, not this server's counter. Restore the data directory from a backup, or move it aside to start empty",
+                ID_SPACE - 1,
+                ID_SPACE - 1
             )));
         }
         // Expired messages need no record: drop those expired by the recorded
@@ -655,7 +661,7 @@ impl<D: Disk> Shard<D> {
                     };
                     return Ok((out, q.last_lsn));
                 }
-                let qid = st.id();
+                let qid = st.id()?;
                 let mut q = Queue::new(qid, account.clone(), name.clone(), metadata);
                 let pos = write_definition(wal, &mut q, false)?;
                 st.queues.insert(qid, q);
@@ -859,7 +865,7 @@ impl<D: Disk> Shard<D> {
         vt: i64,
         ttl: i64,
     ) -> Result<(PutReceipt, u64), QueueError> {
-        let seq = st.id();
+        let seq = st.id()?;
         let receipt = self.nonce();
         let id = crate::queue::message_id(seq, self.nonce());
         let expires_ms = if ttl == -1 {
