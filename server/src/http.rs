@@ -693,7 +693,12 @@ fn collect_headers(parsed: &[httparse::Header<'_>]) -> Headers {
     let bytes = parsed.iter().map(|h| h.name.len().saturating_add(h.value.len())).sum();
     let mut out = Headers::with_capacity(parsed.len(), bytes);
     for h in parsed {
-        let v = String::from_utf8_lossy(h.value);
+        // Valid UTF-8 (every real client's) is checked by the fast
+        // validator; only the rest goes through the lossy rewrite.
+        let v = match std::str::from_utf8(h.value) {
+            Ok(v) => Cow::Borrowed(v),
+            Err(_) => String::from_utf8_lossy(h.value),
+        };
         out.push(h.name, v.trim_matches([' ', '\t']));
     }
     out
