@@ -95,8 +95,8 @@ pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 /// SAS signatures each core remembers as verified (`auth::sas_verifies`);
 /// the set is emptied when full. Entries longer than
 /// `MAX_CACHED_SAS_ENTRY_BYTES` are not kept (a typical one is about 350
-/// bytes: two keys, a signature and the string to sign), so the set holds
-/// at most 1 MiB per core.
+/// bytes: two keys, a signature and the string to sign) and each is keyed
+/// by its signature (a part of it), so the set holds at most 2 MiB per core.
 pub const MAX_CACHED_SAS_SIGNATURES: usize = 1024;
 pub const MAX_CACHED_SAS_ENTRY_BYTES: usize = 1024;
 /// Longest `x-ms-client-request-id` echoed back.
