@@ -83,13 +83,13 @@ fn verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
 /// unsigned traffic cannot fill it. The time window and the permissions are
 /// still checked on every request by the caller. One per core.
 fn sas_verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
-    use std::collections::HashMap;
+    /// Verified entries by signature, and the probe buffer reused per request.
+    type Verified = (std::collections::HashMap<Vec<u8>, Vec<u8>>, Vec<u8>);
     thread_local! {
         /// Keyed by the signature alone, which is a tenth of the entry:
         /// hashing the whole entry cost more than the rest of the lookup.
         /// The entry is then compared whole.
-        static VERIFIED: std::cell::RefCell<(HashMap<Vec<u8>, Vec<u8>>, Vec<u8>)> =
-            std::cell::RefCell::new((HashMap::new(), Vec::new()));
+        static VERIFIED: std::cell::RefCell<Verified> = std::cell::RefCell::new(Default::default());
     }
     VERIFIED.with_borrow_mut(|(seen, probe)| {
         // Length-prefixed parts, so two different inputs never make one probe.
