@@ -147,6 +147,14 @@ pub const LARGE_BODY_CACHE_FRACTION: usize = 16;
 /// A group commit closes its batch at this many bytes; later records wait for
 /// the next commit. Bounds the size of one write and of one DMA buffer.
 pub const MAX_COMMIT_BYTES: usize = 4 * 1024 * 1024;
+/// A commit of at least this many bytes (a busy core's: about 30 records
+/// of 1 KiB at 64 connections) writes and fdatasyncs in one job on the
+/// blocking pool, as the reference server does; a smaller one, what a core
+/// with time to spare commits, takes the two steps through the executor
+/// (docs/benchmarks.md, "Group commit on a busy core": the one-job commit
+/// was faster under load, and raised the open-loop p99 when used for every
+/// commit).
+pub const ONE_HOP_COMMIT_BYTES: usize = 16 * 1024;
 /// Recovery reads segments in windows of this size.
 pub const RECOVERY_READ_WINDOW: usize = 1024 * 1024;
 /// Compaction: the WAL may hold this many times the live bytes (plus one

@@ -279,6 +279,14 @@ fn render_shards(out: &mut String, cores: &[CoreSnapshot]) {
     per_shard(
         out,
         cores,
+        "hematite_wal_one_job_commits_total",
+        "counter",
+        "Group commits large enough to write and fdatasync in one job on the blocking pool.",
+        |c| c.commits.one_job.to_string(),
+    );
+    per_shard(
+        out,
+        cores,
         "hematite_wal_written_bytes_total",
         "counter",
         "Bytes written to the log, padding included.",

@@ -6,12 +6,13 @@
 //! runs on glommio's blocking thread pool, because glommio 0.9's own
 //! `DmaFile::fdatasync` keeps the executor spinning while the flush runs.
 
-use super::{Disk, DiskFile};
+use super::{CommitIoError, Disk, DiskFile, WriteSync};
 use glommio::io::{DmaFile, OpenOptions};
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Instant;
 
 /// How fdatasync is issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -240,6 +241,35 @@ impl DiskFile for DmaDiskFile {
         }
     }
 
+    /// On the blocking pool, the write and the fdatasync go to its thread
+    /// as one job, as the reference server does (bench/src/bin/ceiling.rs):
+    /// each step through the executor (a write through io_uring, then an
+    /// fdatasync handed to the pool) completes only when the executor next
+    /// polls, after every task already runnable, and under load that wait
+    /// was longer than the device's own time (docs/benchmarks.md).
+    async fn write_and_sync(&self, data: &[u8], pos: u64) -> Result<WriteSync, CommitIoError> {
+        if self.sync_path != SyncPath::BlockingPool {
+            let started = Instant::now();
+            self.write_at(data, pos).await.map_err(CommitIoError::Write)?;
+            let written = Instant::now();
+            self.sync().await.map_err(CommitIoError::Sync)?;
+            return Ok(WriteSync {
+                write: written - started,
+                sync: written.elapsed(),
+            });
+        }
+        faults::before_sync().map_err(CommitIoError::Sync)?;
+        let buf = AlignedBuf::copy_of(data, self.alignment as usize).map_err(CommitIoError::Write)?;
+        let fd = self.file.as_raw_fd();
+        // Keep the file open until the blocking call has finished.
+        let hold = self.file.clone();
+        let out = glommio::executor()
+            .spawn_blocking(move || write_then_sync(fd, &buf, pos))
+            .await;
+        drop(hold);
+        out
+    }
+
     async fn size(&self) -> io::Result<u64> {
         self.file.file_size().await.map_err(to_io)
     }
@@ -261,6 +291,70 @@ impl DiskFile for DmaDiskFile {
             }
         }
         Ok(())
+    }
+}
+
+/// `pwrite` of the whole buffer, then `fdatasync`, on the blocking pool's
+/// thread; a short write is an error (O_DIRECT writes whole blocks or fail).
+fn write_then_sync(fd: std::os::fd::RawFd, buf: &AlignedBuf, pos: u64) -> Result<WriteSync, CommitIoError> {
+    let started = Instant::now();
+    let at =
+        libc::off_t::try_from(pos).map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
+    // SAFETY: the buffer is valid for `len` bytes and outlives the call; the
+    // caller keeps `fd` open until this returns.
+    let n = unsafe { libc::pwrite(fd, buf.ptr.as_ptr().cast(), buf.len, at) };
+    if n < 0 {
+        return Err(CommitIoError::Write(io::Error::last_os_error()));
+    }
+    if n as usize != buf.len {
+        return Err(CommitIoError::Write(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short O_DIRECT write: {n} of {} bytes", buf.len),
+        )));
+    }
+    let written = Instant::now();
+    // SAFETY: fdatasync only takes a descriptor.
+    if unsafe { libc::fdatasync(fd) } != 0 {
+        return Err(CommitIoError::Sync(io::Error::last_os_error()));
+    }
+    Ok(WriteSync {
+        write: written - started,
+        sync: written.elapsed(),
+    })
+}
+
+/// A heap buffer aligned for O_DIRECT that may cross to the blocking pool's
+/// thread (glommio's DMA buffers may not).
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is plain memory owned by this value alone.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    fn copy_of(data: &[u8], align: usize) -> io::Result<Self> {
+        let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
+        let layout = std::alloc::Layout::from_size_align(data.len().max(1), align.max(512)).map_err(|_| invalid())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) })
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        // SAFETY: `ptr` holds `layout.size() >= data.len()` bytes and does not overlap `data`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
+        Ok(AlignedBuf {
+            ptr,
+            len: data.len(),
+            layout,
+        })
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `copy_of` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod sim;
 pub mod std_fs;
 
 use std::io;
+use std::time::{Duration, Instant};
 
 /// A directory of files.
 #[allow(async_fn_in_trait)] // single-core by design: no Send bounds wanted
@@ -38,6 +39,21 @@ pub trait Disk: Clone + 'static {
     }
 }
 
+/// How long a commit's write and its fdatasync took (wall clock; they
+/// describe the device and decide nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteSync {
+    pub write: Duration,
+    pub sync: Duration,
+}
+
+/// Which step of [`DiskFile::write_and_sync`] failed.
+#[derive(Debug)]
+pub enum CommitIoError {
+    Write(io::Error),
+    Sync(io::Error),
+}
+
 /// One open file. Writes must be aligned to [`DiskFile::alignment`] in both
 /// position and length (O_DIRECT rules); reads may be unaligned.
 #[allow(async_fn_in_trait)]
@@ -54,11 +70,34 @@ pub trait DiskFile: 'static {
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
     /// fdatasync: everything written before the call is durable when it returns.
     async fn sync(&self) -> io::Result<()>;
+    /// A group commit's two steps: [`DiskFile::write_at`], then
+    /// [`DiskFile::sync`], with what each took. A disk may run both in one
+    /// hop off the executor (the real one does, see `dma.rs`); the steps,
+    /// their order and what a failure of either means are the same.
+    async fn write_and_sync(&self, data: &[u8], pos: u64) -> Result<WriteSync, CommitIoError> {
+        write_then_sync(self, data, pos).await
+    }
     /// Goes by the name the file was opened with (glommio's `file_size` is
     /// a statx of that path): after a rename, open the file again first.
     async fn size(&self) -> io::Result<u64>;
     /// Reserves space up to `len` bytes (the file grows; new bytes read as zero).
     async fn allocate(&self, len: u64) -> io::Result<()>;
+}
+
+/// [`DiskFile::write_at`], then [`DiskFile::sync`], each its own step.
+pub async fn write_then_sync<F: DiskFile + ?Sized>(
+    file: &F,
+    data: &[u8],
+    pos: u64,
+) -> Result<WriteSync, CommitIoError> {
+    let started = Instant::now();
+    file.write_at(data, pos).await.map_err(CommitIoError::Write)?;
+    let written = Instant::now();
+    file.sync().await.map_err(CommitIoError::Sync)?;
+    Ok(WriteSync {
+        write: written - started,
+        sync: written.elapsed(),
+    })
 }
 
 /// Names of the regular files in `dir` (both real disks list this way).

@@ -25,7 +25,7 @@ pub mod record;
 pub mod recovery;
 pub mod stats;
 
-use crate::disk::{Disk, DiskFile};
+use crate::disk::{write_then_sync, CommitIoError, Disk, DiskFile};
 use crate::error::StorageError;
 use crate::limits::*;
 use event_listener::Event;
@@ -805,20 +805,23 @@ impl<D: Disk> Wal<D> {
         let padded = align_up(b.buf.len() as u64, align) as usize;
         b.buf.resize(padded, 0);
         let name = segment_name(b.seg);
-        let started = Instant::now();
-        file.write_at(&b.buf, b.base)
-            .await
-            .map_err(|e| format!("{name}: write at {} failed: {e}", b.base))?;
-        let written = Instant::now();
-        file.sync()
-            .await
-            .map_err(|e| format!("{name}: fdatasync failed: {e}"))?;
+        let one_job = padded >= ONE_HOP_COMMIT_BYTES;
+        let io = if one_job {
+            file.write_and_sync(&b.buf, b.base).await
+        } else {
+            write_then_sync(&*file, &b.buf, b.base).await
+        };
+        let took = io.map_err(|e| match e {
+            CommitIoError::Write(e) => format!("{name}: write at {} failed: {e}", b.base),
+            CommitIoError::Sync(e) => format!("{name}: fdatasync failed: {e}"),
+        })?;
         {
             let mut st = self.st.borrow_mut();
             let stats = &mut st.stats;
-            stats.write.record(written - started);
-            stats.sync.record(written.elapsed());
-            stats.last = (written - started, written.elapsed(), b.records, b.seal.is_some());
+            stats.write.record(took.write);
+            stats.sync.record(took.sync);
+            stats.last = (took.write, took.sync, b.records, b.seal.is_some());
+            stats.one_job += u64::from(one_job);
             stats.records += u64::from(b.records);
             stats.bytes += padded as u64;
             stats.max_records = stats.max_records.max(u64::from(b.records));

@@ -56,7 +56,11 @@ pub struct CommitStats {
     pub bytes: u64,
     /// The largest commit, in records.
     pub max_records: u64,
-    /// The data write of each commit (`pwrite` through io_uring).
+    /// Commits of at least `ONE_HOP_COMMIT_BYTES`, handed to the disk to
+    /// write and fdatasync in one job (the rest take the two steps).
+    pub one_job: u64,
+    /// The data write of each commit (through io_uring, or `pwrite` on the
+    /// blocking pool for a one-job commit).
     pub write: Log2Histogram,
     /// The fdatasync of each commit (seal writes at rotation excluded).
     pub sync: Log2Histogram,
