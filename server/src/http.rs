@@ -40,9 +40,28 @@ pub struct Request {
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Headers {
     text: String,
-    /// Per header, in `text`: where its name starts, where the name ends
-    /// and the value starts, and where the value ends.
-    spans: Vec<(usize, usize, usize)>,
+    spans: Vec<Span>,
+}
+
+/// One header in [`Headers::text`]: where its name starts, where the name
+/// ends and the value starts, where the value ends, and its name's [`tag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: usize,
+    name_end: usize,
+    value_end: usize,
+    tag: u32,
+}
+
+/// A name's length and its first and last bytes, lower-cased. Lookups
+/// compare tags and read names only where the tags agree: most lookups are
+/// for headers a request does not have (conditional headers, `Origin`,
+/// `Content-MD5`…), and a dozen of them ran per request.
+fn tag(name: &[u8]) -> u32 {
+    let low = |b: Option<&u8>| u32::from(b.map_or(0, u8::to_ascii_lowercase));
+    // Longer names share tags with shorter ones; the name compare decides.
+    let len = u32::try_from(name.len() & 0xffff).unwrap_or(0);
+    len.wrapping_shl(16) | low(name.first()).wrapping_shl(8) | low(name.last())
 }
 
 impl Headers {
@@ -58,7 +77,12 @@ impl Headers {
         self.text.push_str(name);
         let name_end = self.text.len();
         self.text.push_str(value);
-        self.spans.push((start, name_end, self.text.len()));
+        self.spans.push(Span {
+            start,
+            name_end,
+            value_end: self.text.len(),
+            tag: tag(name.as_bytes()),
+        });
     }
 
     pub fn len(&self) -> usize {
@@ -69,18 +93,25 @@ impl Headers {
         self.spans.is_empty()
     }
 
-    /// The first value of header `name` (case-blind). Compares lengths
-    /// before bytes: lookups run a dozen times per request.
+    /// The first value of header `name` (case-blind).
     pub fn get(&self, name: &str) -> Option<&str> {
+        self.named(name).next()
+    }
+
+    /// Every value of header `name` (case-blind), in the order sent.
+    pub fn named<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a str> + use<'a, 'n> {
+        let want = tag(name.as_bytes());
         let bytes = self.text.as_bytes();
-        let &(_, name_end, value_end) = self.spans.iter().find(|&&(start, end, _)| {
-            end.checked_sub(start) == Some(name.len())
-                && bytes
-                    .get(start..end)
-                    .is_some_and(|n| n.eq_ignore_ascii_case(name.as_bytes()))
-        })?;
-        // The spans were recorded at `push` on char boundaries of `text`.
-        self.text.get(name_end..value_end)
+        self.spans
+            .iter()
+            .filter(move |s| {
+                s.tag == want
+                    && bytes
+                        .get(s.start..s.name_end)
+                        .is_some_and(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+            })
+            // The spans were recorded at `push` on char boundaries of `text`.
+            .map(|s| self.text.get(s.name_end..s.value_end).unwrap_or(""))
     }
 
     pub fn iter(&self) -> HeaderIter<'_> {
@@ -122,12 +153,12 @@ impl<'a> Iterator for HeaderIter<'a> {
     type Item = (&'a str, &'a str);
     fn next(&mut self) -> Option<Self::Item> {
         let h = self.headers;
-        let &(name_start, name_end, value_end) = h.spans.get(self.next)?;
+        let span = h.spans.get(self.next)?;
         self.next = self.next.saturating_add(1);
         // The spans were recorded at `push` on char boundaries of `text`.
         Some((
-            h.text.get(name_start..name_end).unwrap_or(""),
-            h.text.get(name_end..value_end).unwrap_or(""),
+            h.text.get(span.start..span.name_end).unwrap_or(""),
+            h.text.get(span.name_end..span.value_end).unwrap_or(""),
         ))
     }
 }
@@ -708,11 +739,7 @@ fn collect_headers(parsed: &[httparse::Header<'_>]) -> Headers {
 /// may omit it but never repeat it. Addressing reads the host, so two
 /// different values would make the resource ambiguous.
 fn check_host(req: &Request) -> Result<(), FrameError> {
-    let hosts = req
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
-        .count();
+    let hosts = req.headers.named("host").count();
     match (hosts, req.http10) {
         (1, _) | (0, true) => Ok(()),
         (0, false) => Err(FrameError::Bad("a version 1.1 request needs a Host header")),
@@ -722,18 +749,8 @@ fn check_host(req: &Request) -> Result<(), FrameError> {
 
 /// Decides how the body is framed (RFC 9112 §6), refusing anything ambiguous.
 fn framing(req: &Request) -> Result<Body, FrameError> {
-    let te: Vec<&str> = req
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding"))
-        .map(|(_, v)| v)
-        .collect();
-    let cl: Vec<&str> = req
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .map(|(_, v)| v)
-        .collect();
+    let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
+    let cl: Vec<&str> = req.headers.named("content-length").collect();
     if !te.is_empty() {
         // RFC 9112 §6.1: HTTP/1.0 has no transfer codings; such a message's
         // framing is faulty (a proxy in front may frame it differently).
@@ -813,6 +830,21 @@ mod tests {
         assert_eq!(req.header("hosu"), None, "same length, other name");
         assert_eq!(req.header("x-ms-meta-\u{c9}"), None, "only ASCII folds");
         assert_eq!(req.header(""), Some("v"));
+        assert_eq!(
+            req.header("hast"),
+            None,
+            "same tag (length, first and last byte), other name"
+        );
+        assert_eq!(req.header("HosT"), Some("h:1"));
+        assert_eq!(req.headers.named("host").collect::<Vec<_>>(), ["h:1", "h:2"]);
+        assert_eq!(req.headers.named("x-empty").collect::<Vec<_>>(), [""]);
+        assert_eq!(req.headers.named("x-ms-meta-\u{e9}").count(), 1);
+        assert_eq!(req.headers.named("x-ms-meta-\u{c9}").count(), 0);
+        // A name longer than the tag's 16 bits of length still compares whole.
+        let long = "x".repeat(70_000);
+        let h: Headers = [(long.as_str(), "1")].into_iter().collect();
+        assert_eq!(h.get(&long), Some("1"));
+        assert_eq!(h.get(&"x".repeat(70_000 - 65_536)), None);
     }
 
     /// An in-memory duplex stream: reads from `input` in small pieces, records writes.
