@@ -179,39 +179,46 @@ fn dead_segments_are_reused_on_real_files() {
 
 /// A commit of at least `ONE_HOP_COMMIT_BYTES` goes to the blocking pool as
 /// one job (`pwrite` of an aligned copy, then fdatasync): a single large
-/// message, then many concurrent puts that group into large commits. All
+/// message, then many concurrent puts that group into large commits. With
+/// io_uring fdatasyncs the same commits take the two steps. Either way all
 /// of it reads back after a restart without a clean shutdown.
 #[test]
 fn large_commits_in_one_job_read_back_on_real_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let (written, one_job, commits) = on_glommio(move || async move {
-        let s = Rc::new(open(&path, SyncPath::BlockingPool).await.unwrap());
-        s.create_queue(ACCT, "real", Metadata::default()).await.unwrap();
-        let big = format!("big {}", "b".repeat(40 * 1024));
-        s.put_message(ACCT, "real", big.clone(), None, Some(-1)).await.unwrap();
-        let tasks: Vec<_> = (0..48)
-            .map(|i| {
-                let s = s.clone();
-                glommio::spawn_local(async move {
-                    let t = format!("{i:05} {}", "c".repeat(3000));
-                    s.put_message(ACCT, "real", t.clone(), None, Some(-1)).await.unwrap();
-                    t
+    for sync in [SyncPath::BlockingPool, SyncPath::Uring] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let (written, one_job, commits) = on_glommio(move || async move {
+            let s = Rc::new(open(&path, sync).await.unwrap());
+            s.create_queue(ACCT, "real", Metadata::default()).await.unwrap();
+            let big = format!("big {}", "b".repeat(40 * 1024));
+            s.put_message(ACCT, "real", big.clone(), None, Some(-1)).await.unwrap();
+            let tasks: Vec<_> = (0..48)
+                .map(|i| {
+                    let s = s.clone();
+                    glommio::spawn_local(async move {
+                        let t = format!("{i:05} {}", "c".repeat(3000));
+                        s.put_message(ACCT, "real", t.clone(), None, Some(-1)).await.unwrap();
+                        t
+                    })
                 })
-            })
-            .collect();
-        let mut texts = vec![big];
-        for t in tasks {
-            texts.push(t.await);
+                .collect();
+            let mut texts = vec![big];
+            for t in tasks {
+                texts.push(t.await);
+            }
+            let stats = s.wal().commit_stats();
+            (texts, stats.one_job, stats.commits)
+        });
+        if sync == SyncPath::BlockingPool {
+            assert!(one_job >= 2, "{one_job} of {commits} commits went in one job");
+            assert!(one_job < commits, "small commits still take two steps");
+        } else {
+            assert_eq!(one_job, 0, "io_uring fdatasyncs never run as a pool job");
         }
-        let stats = s.wal().commit_stats();
-        (texts, stats.one_job, stats.commits)
-    });
-    assert!(one_job >= 2, "{one_job} of {commits} commits went in one job");
-    assert!(one_job < commits, "small commits still take two steps");
-    let mut got = texts(dir.path().to_path_buf()).unwrap();
-    let mut want = written;
-    got.sort();
-    want.sort();
-    assert_eq!(got, want);
+        let mut got = texts(dir.path().to_path_buf()).unwrap();
+        let mut want = written;
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{sync:?}");
+    }
 }

@@ -557,6 +557,26 @@ pub(crate) mod tests {
         }
     }
 
+    #[test]
+    fn sixty_four_query_parameters_and_no_more() {
+        let query = |n: usize, last: &str| {
+            let mut q: Vec<String> = (0..n.saturating_sub(1)).map(|i| format!("p{i}=v")).collect();
+            q.push(last.to_string());
+            format!("/a/q?{}", q.join("&"))
+        };
+        // The 64th parameter is the mask's last bit: plain, and checked.
+        let t = parse_target_(&req("GET", &query(64, "z=1"), "127.0.0.1")).unwrap();
+        assert_eq!((t.query.len(), t.param("z")), (64, Some("1")));
+        let bad = parse_target_(&req("GET", &query(64, "z=%01"), "127.0.0.1")).unwrap_err();
+        assert_eq!(bad.code, "InvalidQueryParameterValue");
+        let dup = parse_target_(&req("GET", &query(64, "p0=w"), "127.0.0.1")).unwrap_err();
+        assert!(dup.details.iter().any(|(_, v)| v.contains("only once")), "{dup:?}");
+        let many = parse_target_(&req("GET", &query(65, "z=1"), "127.0.0.1")).unwrap_err();
+        assert!(many.details.iter().any(|(_, v)| v.contains("too many")), "{many:?}");
+        // Empty pieces are not parameters.
+        assert!(parse_target_(&req("GET", &format!("{}&&&", query(64, "z=1")), "127.0.0.1")).is_ok());
+    }
+
     const PIECES: [&str; 28] = [
         "a",
         "Q",

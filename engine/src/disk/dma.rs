@@ -9,9 +9,11 @@
 use super::{CommitIoError, Disk, DiskFile, WriteSync};
 use glommio::io::{DmaFile, OpenOptions};
 use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How fdatasync is issued.
@@ -94,8 +96,12 @@ impl DmaDisk {
             .await
             .map_err(to_io)?;
         let alignment = write_unit(&file)?;
+        // SAFETY: `file` is open for the duration of the call; the clone is
+        // a new descriptor (dup) owned by the `OwnedFd`.
+        let pool_fd = Arc::new(unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?);
         Ok(DmaDiskFile {
             file: Rc::new(file),
+            pool_fd,
             sync_path: self.sync_path,
             prealloc: self.prealloc,
             alignment,
@@ -192,6 +198,12 @@ fn physical_sector(major: u32, minor: u32) -> u64 {
 /// An open WAL segment. Owned by the shard's core.
 pub struct DmaDiskFile {
     file: Rc<DmaFile>,
+    /// A duplicate of the file's descriptor for jobs on the blocking pool:
+    /// a job owns a reference, so the descriptor it writes or syncs stays
+    /// this file's until the job ends, even if the future that queued it is
+    /// dropped and the file closed meanwhile (a bare number could by then
+    /// name another file).
+    pool_fd: Arc<OwnedFd>,
     sync_path: SyncPath,
     prealloc: Preallocation,
     alignment: u64,
@@ -225,18 +237,8 @@ impl DiskFile for DmaDiskFile {
         match self.sync_path {
             SyncPath::Uring => self.file.fdatasync().await.map_err(to_io),
             SyncPath::BlockingPool => {
-                let fd = self.file.as_raw_fd();
-                // Keep the file open until the blocking call has finished.
-                let _hold = self.file.clone();
-                DmaDisk::blocking(move || {
-                    // SAFETY: fdatasync only takes a descriptor; `_hold` keeps it open.
-                    if unsafe { libc::fdatasync(fd) } == 0 {
-                        Ok(())
-                    } else {
-                        Err(io::Error::last_os_error())
-                    }
-                })
-                .await
+                let fd = self.pool_fd.clone();
+                DmaDisk::blocking(move || fdatasync(&fd)).await
             }
         }
     }
@@ -249,25 +251,13 @@ impl DiskFile for DmaDiskFile {
     /// was longer than the device's own time (docs/benchmarks.md).
     async fn write_and_sync(&self, data: &[u8], pos: u64) -> Result<WriteSync, CommitIoError> {
         if self.sync_path != SyncPath::BlockingPool {
-            let started = Instant::now();
-            self.write_at(data, pos).await.map_err(CommitIoError::Write)?;
-            let written = Instant::now();
-            self.sync().await.map_err(CommitIoError::Sync)?;
-            return Ok(WriteSync {
-                write: written - started,
-                sync: written.elapsed(),
-            });
+            return super::write_then_sync(self, data, pos).await;
         }
-        faults::before_sync().map_err(CommitIoError::Sync)?;
         let buf = AlignedBuf::copy_of(data, self.alignment as usize).map_err(CommitIoError::Write)?;
-        let fd = self.file.as_raw_fd();
-        // Keep the file open until the blocking call has finished.
-        let hold = self.file.clone();
-        let out = glommio::executor()
-            .spawn_blocking(move || write_then_sync(fd, &buf, pos))
-            .await;
-        drop(hold);
-        out
+        let fd = self.pool_fd.clone();
+        glommio::executor()
+            .spawn_blocking(move || pwrite_then_fdatasync(&fd, &buf, pos))
+            .await
     }
 
     async fn size(&self) -> io::Result<u64> {
@@ -294,15 +284,24 @@ impl DiskFile for DmaDiskFile {
     }
 }
 
+fn fdatasync(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: fdatasync only takes a descriptor, which `fd` keeps open.
+    if unsafe { libc::fdatasync(fd.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `pwrite` of the whole buffer, then `fdatasync`, on the blocking pool's
 /// thread; a short write is an error (O_DIRECT writes whole blocks or fail).
-fn write_then_sync(fd: std::os::fd::RawFd, buf: &AlignedBuf, pos: u64) -> Result<WriteSync, CommitIoError> {
+fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<WriteSync, CommitIoError> {
     let started = Instant::now();
     let at =
         libc::off_t::try_from(pos).map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    // SAFETY: the buffer is valid for `len` bytes and outlives the call; the
-    // caller keeps `fd` open until this returns.
-    let n = unsafe { libc::pwrite(fd, buf.ptr.as_ptr().cast(), buf.len, at) };
+    // SAFETY: the buffer is valid for `len` bytes and outlives the call, and
+    // `fd` keeps the descriptor open.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), buf.ptr.as_ptr().cast(), buf.len, at) };
     if n < 0 {
         return Err(CommitIoError::Write(io::Error::last_os_error()));
     }
@@ -313,13 +312,13 @@ fn write_then_sync(fd: std::os::fd::RawFd, buf: &AlignedBuf, pos: u64) -> Result
         )));
     }
     let written = Instant::now();
-    // SAFETY: fdatasync only takes a descriptor.
-    if unsafe { libc::fdatasync(fd) } != 0 {
-        return Err(CommitIoError::Sync(io::Error::last_os_error()));
-    }
+    // Injected after the write, as `sync` sees it: written, not durable.
+    faults::before_sync().map_err(CommitIoError::Sync)?;
+    fdatasync(fd).map_err(CommitIoError::Sync)?;
     Ok(WriteSync {
         write: written - started,
         sync: written.elapsed(),
+        one_job: true,
     })
 }
 

@@ -40,11 +40,14 @@ pub trait Disk: Clone + 'static {
 }
 
 /// How long a commit's write and its fdatasync took (wall clock; they
-/// describe the device and decide nothing).
+/// describe the device and decide nothing), and whether they ran as one
+/// job off the executor. A one-job commit's times are taken on the pool's
+/// thread, so they leave out the hand-over that a two-step commit's include.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteSync {
     pub write: Duration,
     pub sync: Duration,
+    pub one_job: bool,
 }
 
 /// Which step of [`DiskFile::write_and_sync`] failed.
@@ -97,6 +100,7 @@ pub async fn write_then_sync<F: DiskFile + ?Sized>(
     Ok(WriteSync {
         write: written - started,
         sync: written.elapsed(),
+        one_job: false,
     })
 }
 

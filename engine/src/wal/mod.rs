@@ -805,8 +805,7 @@ impl<D: Disk> Wal<D> {
         let padded = align_up(b.buf.len() as u64, align) as usize;
         b.buf.resize(padded, 0);
         let name = segment_name(b.seg);
-        let one_job = padded >= ONE_HOP_COMMIT_BYTES;
-        let io = if one_job {
+        let io = if padded >= ONE_HOP_COMMIT_BYTES {
             file.write_and_sync(&b.buf, b.base).await
         } else {
             write_then_sync(&*file, &b.buf, b.base).await
@@ -821,7 +820,7 @@ impl<D: Disk> Wal<D> {
             stats.write.record(took.write);
             stats.sync.record(took.sync);
             stats.last = (took.write, took.sync, b.records, b.seal.is_some());
-            stats.one_job += u64::from(one_job);
+            stats.one_job += u64::from(took.one_job);
             stats.records += u64::from(b.records);
             stats.bytes += padded as u64;
             stats.max_records = stats.max_records.max(u64::from(b.records));

@@ -56,8 +56,9 @@ pub struct CommitStats {
     pub bytes: u64,
     /// The largest commit, in records.
     pub max_records: u64,
-    /// Commits of at least `ONE_HOP_COMMIT_BYTES`, handed to the disk to
-    /// write and fdatasync in one job (the rest take the two steps).
+    /// Commits whose write and fdatasync ran as one job off the executor:
+    /// those of at least `ONE_HOP_COMMIT_BYTES` on a disk that can (the
+    /// real one with its fdatasync on the blocking pool, the default).
     pub one_job: u64,
     /// The data write of each commit (through io_uring, or `pwrite` on the
     /// blocking pool for a one-job commit).
