@@ -577,6 +577,24 @@ pub(crate) mod tests {
         assert!(parse_target_(&req("GET", &format!("{}&&&", query(64, "z=1")), "127.0.0.1")).is_ok());
     }
 
+    #[test]
+    fn duplicates_are_whole_names_after_lower_casing() {
+        let t = |q: &str| parse_target_(&req("GET", &format!("/a/q?{q}"), "127.0.0.1"));
+        assert!(t("numofmessages=1&numofmessagez=2").is_ok(), "same key, other name");
+        assert!(t("abcdefgh=1&abcdefgi=2").is_ok());
+        assert!(
+            t("numofmessages=1&NumOfMessages=2").is_err(),
+            "same name after lower-casing"
+        );
+        let nul = t("a=1&a%00=2").unwrap_err();
+        assert!(
+            nul.details.iter().any(|(_, v)| v.contains("control")),
+            "not a duplicate: {nul:?}"
+        );
+        assert!(t("se=1&st=2&sv=3&ss=4&sp=5").is_ok());
+        assert!(t("se=1&st=2&sv=3&ss=4&st=5").is_err());
+    }
+
     const PIECES: [&str; 28] = [
         "a",
         "Q",

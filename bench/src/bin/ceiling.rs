@@ -103,11 +103,15 @@ async fn connection(mut stream: TcpStream, log: Option<Rc<Log>>, answers: Rc<Ans
     loop {
         // Answer every complete request already read.
         let mut wait_for = None;
-        while let Some((len, body, is_post)) = parse(&buf[start..end])? {
+        while let Some((len, body, kind)) = parse(&buf[start..end])? {
             if let (Some(log), Some(body)) = (&log, body) {
                 wait_for = Some(log.append(&buf[start + len - body..start + len]));
             }
-            out.extend_from_slice(if is_post { &answers.put } else { &answers.get });
+            out.extend_from_slice(match kind {
+                Kind::Post => &answers.put,
+                Kind::Peek => &answers.peek,
+                Kind::Other => &answers.get,
+            });
             start += len;
         }
         if let (Some(log), Some(batch)) = (&log, wait_for) {
@@ -134,9 +138,17 @@ async fn connection(mut stream: TcpStream, log: Option<Rc<Log>>, answers: Rc<Ans
     }
 }
 
+/// Which answer a request gets.
+enum Kind {
+    Post,
+    /// A GET with `peekonly=true`: Peek Messages, whose answer carries a message.
+    Peek,
+    Other,
+}
+
 /// One complete request at the start of `b`: its total length, its body
-/// length if it has one, and whether it is a POST. `None`: not all here yet.
-fn parse(b: &[u8]) -> std::io::Result<Option<(usize, Option<usize>, bool)>> {
+/// length if it has one, and which answer it gets. `None`: not all here yet.
+fn parse(b: &[u8]) -> std::io::Result<Option<(usize, Option<usize>, Kind)>> {
     let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
@@ -155,11 +167,15 @@ fn parse(b: &[u8]) -> std::io::Result<Option<(usize, Option<usize>, bool)>> {
                 .ok_or_else(|| bad("bad content-length"))?;
         }
     }
-    let is_post = matches!(req.method, Some("POST" | "PUT"));
+    let kind = match req.method {
+        Some("POST" | "PUT") => Kind::Post,
+        _ if req.path.is_some_and(|p| p.contains("peekonly=true")) => Kind::Peek,
+        _ => Kind::Other,
+    };
     if b.len() < head + body {
         return Ok(None);
     }
-    Ok(Some((head + body, (body > 0).then_some(body), is_post)))
+    Ok(Some((head + body, (body > 0).then_some(body), kind)))
 }
 
 /// Answers the size of Hematite's own (the same headers, and an XML body
@@ -176,7 +192,11 @@ fn answer(status: &str, extra: &str, body: &str) -> Vec<u8> {
 
 struct Answers {
     put: Vec<u8>,
+    /// Get Queue Metadata's size: headers only.
     get: Vec<u8>,
+    /// Peek Messages' size for one message of hematite-bench's default
+    /// 1,024 characters: the text is most of what a peek sends.
+    peek: Vec<u8>,
 }
 
 impl Answers {
@@ -188,9 +208,19 @@ impl Answers {
             <PopReceipt>AAAAAAAAAAAAAAAAAAAAAA==</PopReceipt>\
             <TimeNextVisible>Mon, 23 Nov 2026 00:00:00 GMT</TimeNextVisible>\
             </QueueMessage></QueueMessagesList>";
+        let peek_body = format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList><QueueMessage>\
+             <MessageId>7d9c4a55-0d5f-4a7e-8a54-2f6d1c9b0e21</MessageId>\
+             <InsertionTime>Mon, 23 Nov 2026 00:00:00 GMT</InsertionTime>\
+             <ExpirationTime>Mon, 30 Nov 2026 00:00:00 GMT</ExpirationTime>\
+             <DequeueCount>0</DequeueCount><MessageText>{}</MessageText>\
+             </QueueMessage></QueueMessagesList>",
+            "m".repeat(1024)
+        );
         Answers {
             put: answer("201 Created", "Content-Type: application/xml\r\n", put_body),
             get: answer("200 OK", "x-ms-approximate-messages-count: 0\r\n", ""),
+            peek: answer("200 OK", "Content-Type: application/xml\r\n", &peek_body),
         }
     }
 }
