@@ -95,10 +95,26 @@ impl DmaDisk {
             .dma_open(self.dir.join(name))
             .await
             .map_err(to_io)?;
-        let alignment = write_unit(&file)?;
-        // SAFETY: `file` is open for the duration of the call; the clone is
-        // a new descriptor (dup) owned by the `OwnedFd`.
-        let pool_fd = Arc::new(unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?);
+        let described = (|| {
+            let alignment = write_unit(&file)?;
+            // SAFETY: `file` is open for the duration of the call; the clone
+            // is a new descriptor (dup) owned by the `OwnedFd`.
+            let pool_fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
+            Ok::<_, io::Error>((alignment, Arc::new(pool_fd)))
+        })();
+        let (alignment, pool_fd) = match described {
+            Ok(d) => d,
+            Err(e) => {
+                // A file this call created must not outlive its failure: the
+                // next attempt creates the same name and would find it there
+                // (EEXIST), blocking rotation until a restart. Running out of
+                // descriptors for the dup is a passing condition.
+                if create_new {
+                    let _ = std::fs::remove_file(self.dir.join(name));
+                }
+                return Err(e);
+            }
+        };
         Ok(DmaDiskFile {
             file: Rc::new(file),
             pool_fd,
