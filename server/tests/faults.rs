@@ -40,6 +40,22 @@ fn put(c: &mut Client, q: &str, text: &str) -> u16 {
 
 #[test]
 fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
+    sync_fault_poisons(0);
+}
+
+/// The same with 20 KiB messages: every commit is at least 16 KiB, so its
+/// write and fdatasync run as one job on the blocking pool, and the fault
+/// strikes between the two inside it (docs/decisions/0002-fdatasync-path.md).
+#[test]
+fn a_failed_fdatasync_in_a_one_job_commit_poisons_the_same_way() {
+    sync_fault_poisons(20 * 1024);
+}
+
+/// Puts texts `m{i}` padded with `pad` bytes until an injected fdatasync
+/// failure, then checks the poisoning and, after a restart, that exactly
+/// the acknowledged puts are there.
+fn sync_fault_poisons(pad: usize) {
+    let text = |i: usize| format!("m{i}{}", "p".repeat(pad));
     let dir = tempfile::tempdir().unwrap();
     let port = proc::free_port();
     let admin = proc::free_port();
@@ -57,7 +73,7 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
     let mut acked = Vec::new();
     let mut failure = None;
     for i in 0..200 {
-        let text = format!("m{i}");
+        let text = text(i);
         match put(&mut c, "faultq", &text) {
             201 => acked.push(text),
             status => {
@@ -87,6 +103,17 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
     );
     let metrics = admin_get(admin, "/metrics");
     assert!(metrics.contains("hematite_shard_poisoned{shard=\"0\"} 1"), "{metrics}");
+    // Large puts went through the one-job path before the fault; small ones never do.
+    let one_job: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hematite_wal_one_job_commits_total{shard=\"0\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no one-job counter: {metrics}"));
+    assert_eq!(
+        one_job > 0,
+        pad > 0,
+        "{one_job} one-job commits with {pad} bytes of padding"
+    );
     proc::kill9(&mut server);
     let mut err = String::new();
     server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
@@ -118,7 +145,7 @@ fn failed_fdatasync_poisons_answers_5xx_and_loses_nothing_acknowledged() {
     }
     // The put that failed may or may not have reached the disk: it was never
     // acknowledged, so it may be there, as the last message, or not.
-    let unacked = format!("m{}", acked.len());
+    let unacked = text(acked.len());
     if texts.len() == acked.len() + 1 {
         assert_eq!(texts.last(), Some(&unacked), "only the unacknowledged put may be extra");
         texts.pop();
