@@ -88,14 +88,8 @@ pub fn check_o_direct(dir: &Path) -> Result<(), String> {
             .truncate(true)
             .custom_flags(libc::O_DIRECT)
             .open(&probe)?;
-        let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("valid layout");
-        // SAFETY: the buffer is allocated, zeroed, used, and freed here.
-        unsafe {
-            let p = std::alloc::alloc_zeroed(layout);
-            let r = f.write_all(std::slice::from_raw_parts(p, 4096));
-            std::alloc::dealloc(p, layout);
-            r
-        }
+        let block = engine::disk::dma::AlignedBuf::copy_of(&[0u8; 4096], 4096)?;
+        f.write_all(block.as_slice())
     })();
     let _ = std::fs::remove_file(&probe);
     result.map_err(|e| {

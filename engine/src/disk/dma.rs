@@ -315,16 +315,17 @@ fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<Wri
     let started = Instant::now();
     let at =
         libc::off_t::try_from(pos).map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    // SAFETY: the buffer is valid for `len` bytes and outlives the call, and
-    // `fd` keeps the descriptor open.
-    let n = unsafe { libc::pwrite(fd.as_raw_fd(), buf.ptr.as_ptr().cast(), buf.len, at) };
+    let data = buf.as_slice();
+    // SAFETY: `data` is valid for its length and outlives the call, and `fd`
+    // keeps the descriptor open.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), at) };
     if n < 0 {
         return Err(CommitIoError::Write(io::Error::last_os_error()));
     }
-    if n as usize != buf.len {
+    if usize::try_from(n).ok() != Some(data.len()) {
         return Err(CommitIoError::Write(io::Error::new(
             io::ErrorKind::WriteZero,
-            format!("short O_DIRECT write: {n} of {} bytes", buf.len),
+            format!("short O_DIRECT write: {n} of {} bytes", data.len()),
         )));
     }
     let written = Instant::now();
@@ -339,8 +340,8 @@ fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<Wri
 }
 
 /// A heap buffer aligned for O_DIRECT that may cross to the blocking pool's
-/// thread (glommio's DMA buffers may not).
-struct AlignedBuf {
+/// thread (glommio's DMA buffers may not). Also the start-up check's block.
+pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
     layout: std::alloc::Layout,
@@ -350,7 +351,8 @@ struct AlignedBuf {
 unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
-    fn copy_of(data: &[u8], align: usize) -> io::Result<Self> {
+    /// A copy of `data` at an address aligned to `align` (at least 512).
+    pub fn copy_of(data: &[u8], align: usize) -> io::Result<Self> {
         let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
         let layout = std::alloc::Layout::from_size_align(data.len().max(1), align.max(512)).map_err(|_| invalid())?;
         // SAFETY: the layout has a non-zero size.
@@ -363,6 +365,14 @@ impl AlignedBuf {
             len: data.len(),
             layout,
         })
+    }
+}
+
+impl AlignedBuf {
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` holds `len` initialized bytes (copied in `copy_of`)
+        // for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
