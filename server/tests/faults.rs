@@ -191,6 +191,61 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     assert!(proc::stop(&mut server).success());
 }
 
+/// A file that cannot be fully opened once created (here the descriptor
+/// for the blocking pool: EMFILE) must not stay behind: the next segment
+/// would be created under the same name and fail with EEXIST until a
+/// restart. Writes are refused while descriptors run out, resume once they
+/// are back, and nothing acknowledged is lost.
+#[test]
+fn running_out_of_descriptors_at_a_rotation_refuses_writes_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("EMFILE");
+    let data = dir.path().join("data");
+    let port = proc::free_port();
+    let mut server = start(
+        &data,
+        port,
+        &[("HEMATITE_FAULT_EMFILE_FILE", flag.display().to_string())],
+    );
+    let mut c = Client::new(port);
+    assert_eq!(c.call("PUT", "/devstoreaccount1/fdq", &[], b"").unwrap().status, 201);
+    std::fs::write(&flag, b"").unwrap();
+    let big = "b".repeat(8000);
+    let mut acked = 0usize;
+    let mut refused = None;
+    // 1 MiB segments: a rotation within about 130 puts of 8 KB.
+    for i in 0..1000 {
+        match put(&mut c, "fdq", &format!("{i}{big}")) {
+            201 => acked += 1,
+            s => {
+                refused = Some(s);
+                break;
+            }
+        }
+    }
+    assert_eq!(refused, Some(500), "writes are refused once no new segment can be opened");
+    let r = c
+        .call("GET", "/devstoreaccount1/fdq/messages?peekonly=true", &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 200, "reads still work");
+    std::fs::remove_file(&flag).unwrap();
+    for i in 0..300 {
+        assert_eq!(put(&mut c, "fdq", &format!("after{i}{big}")), 201, "writes resume (put {i})");
+        acked += 1;
+    }
+    proc::kill9(&mut server);
+    let mut server = start(&data, port, &[]);
+    let mut c = Client::new(port);
+    let r = c.call("GET", "/devstoreaccount1/fdq?comp=metadata", &[], b"").unwrap();
+    assert_eq!(r.status, 200);
+    let count: usize = r
+        .header("x-ms-approximate-messages-count")
+        .and_then(|v| v.parse().ok())
+        .expect("a message count");
+    assert_eq!(count, acked, "every acknowledged put survives the restart");
+    assert!(proc::stop(&mut server).success());
+}
+
 #[test]
 fn a_panicking_shard_stops_the_whole_process_within_a_second() {
     let dir = tempfile::tempdir().unwrap();

@@ -97,6 +97,7 @@ impl DmaDisk {
             .map_err(to_io)?;
         let described = (|| {
             let alignment = write_unit(&file)?;
+            faults::before_dup()?;
             // SAFETY: `file` is open for the duration of the call; the clone
             // is a new descriptor (dup) owned by the `OwnedFd`.
             let pool_fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
@@ -389,6 +390,9 @@ impl Drop for AlignedBuf {
 /// - `HEMATITE_FAULT_SYNC_AFTER=N`: every fdatasync after the first N fails with EIO.
 /// - `HEMATITE_FAULT_ENOSPC_FILE=PATH`: while PATH exists, creating or
 ///   preallocating a segment fails with ENOSPC.
+/// - `HEMATITE_FAULT_EMFILE_FILE=PATH`: while PATH exists, opening a file
+///   fails with EMFILE after the open itself succeeded (where the
+///   descriptor for the blocking pool is duplicated).
 #[cfg(feature = "fault-injection")]
 mod faults {
     use std::io;
@@ -398,6 +402,7 @@ mod faults {
     struct Config {
         sync_after: Option<u64>,
         enospc_file: Option<std::path::PathBuf>,
+        emfile_file: Option<std::path::PathBuf>,
     }
 
     fn config() -> &'static Config {
@@ -407,6 +412,7 @@ mod faults {
                 .ok()
                 .and_then(|v| v.parse().ok()),
             enospc_file: std::env::var_os("HEMATITE_FAULT_ENOSPC_FILE").map(Into::into),
+            emfile_file: std::env::var_os("HEMATITE_FAULT_EMFILE_FILE").map(Into::into),
         })
     }
 
@@ -420,8 +426,17 @@ mod faults {
     }
 
     pub fn before_allocation() -> io::Result<()> {
-        match &config().enospc_file {
-            Some(p) if p.exists() => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+        failing_while(&config().enospc_file, libc::ENOSPC)
+    }
+
+    pub fn before_dup() -> io::Result<()> {
+        failing_while(&config().emfile_file, libc::EMFILE)
+    }
+
+    /// `errno` while the flag file exists.
+    fn failing_while(flag: &Option<std::path::PathBuf>, errno: i32) -> io::Result<()> {
+        match flag {
+            Some(p) if p.exists() => Err(io::Error::from_raw_os_error(errno)),
             _ => Ok(()),
         }
     }
@@ -435,6 +450,10 @@ mod faults {
     }
     #[inline(always)]
     pub fn before_allocation() -> std::io::Result<()> {
+        Ok(())
+    }
+    #[inline(always)]
+    pub fn before_dup() -> std::io::Result<()> {
         Ok(())
     }
 }
