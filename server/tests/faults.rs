@@ -154,29 +154,55 @@ fn sync_fault_poisons(pad: usize) {
     assert!(proc::stop(&mut server).success());
 }
 
-#[test]
-fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
+/// A server whose fault switch `var` names a flag file (not there yet),
+/// with queue `q` created: the temporary directory, the flag, the data
+/// directory, the port, the client and the process.
+fn flagged(
+    var: &str,
+    q: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    u16,
+    Client,
+    Child,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let flag = dir.path().join("ENOSPC");
+    let flag = dir.path().join("flag");
     let data = dir.path().join("data");
     let port = proc::free_port();
-    let mut server = start(
-        &data,
-        port,
-        &[("HEMATITE_FAULT_ENOSPC_FILE", flag.display().to_string())],
-    );
+    let server = start(&data, port, &[(var, flag.display().to_string())]);
     let mut c = Client::new(port);
-    assert_eq!(c.call("PUT", "/devstoreaccount1/fullq", &[], b"").unwrap().status, 201);
-    std::fs::write(&flag, b"").unwrap();
+    assert_eq!(
+        c.call("PUT", &format!("/devstoreaccount1/{q}"), &[], b"")
+            .unwrap()
+            .status,
+        201
+    );
+    (dir, flag, data, port, c, server)
+}
+
+/// Puts 8 KB messages into `q` until one is refused (1 MiB segments: a
+/// rotation within about 130 of them): how many were acknowledged, and
+/// the refusal's status.
+fn put_until_refused(c: &mut Client, q: &str) -> (usize, Option<u16>) {
     let big = "b".repeat(8000);
-    let mut refused = None;
+    let mut acked = 0;
     for i in 0..1000 {
-        let s = put(&mut c, "fullq", &format!("{i}{big}"));
-        if s != 201 {
-            refused = Some(s);
-            break;
+        match put(c, q, &format!("{i}{big}")) {
+            201 => acked += 1,
+            s => return (acked, Some(s)),
         }
     }
+    (acked, None)
+}
+
+#[test]
+fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
+    let (_dir, flag, _, _, mut c, mut server) = flagged("HEMATITE_FAULT_ENOSPC_FILE", "fullq");
+    std::fs::write(&flag, b"").unwrap();
+    let (_, refused) = put_until_refused(&mut c, "fullq");
     assert_eq!(refused, Some(503), "writes are refused once no new segment fits");
     let r = c
         .call("GET", "/devstoreaccount1/fullq/messages?peekonly=true", &[], b"")
@@ -198,39 +224,26 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
 /// are back, and nothing acknowledged is lost.
 #[test]
 fn running_out_of_descriptors_at_a_rotation_refuses_writes_and_recovers() {
-    let dir = tempfile::tempdir().unwrap();
-    let flag = dir.path().join("EMFILE");
-    let data = dir.path().join("data");
-    let port = proc::free_port();
-    let mut server = start(
-        &data,
-        port,
-        &[("HEMATITE_FAULT_EMFILE_FILE", flag.display().to_string())],
-    );
-    let mut c = Client::new(port);
-    assert_eq!(c.call("PUT", "/devstoreaccount1/fdq", &[], b"").unwrap().status, 201);
+    let (_dir, flag, data, port, mut c, mut server) = flagged("HEMATITE_FAULT_EMFILE_FILE", "fdq");
     std::fs::write(&flag, b"").unwrap();
-    let big = "b".repeat(8000);
-    let mut acked = 0usize;
-    let mut refused = None;
-    // 1 MiB segments: a rotation within about 130 puts of 8 KB.
-    for i in 0..1000 {
-        match put(&mut c, "fdq", &format!("{i}{big}")) {
-            201 => acked += 1,
-            s => {
-                refused = Some(s);
-                break;
-            }
-        }
-    }
-    assert_eq!(refused, Some(500), "writes are refused once no new segment can be opened");
+    let (mut acked, refused) = put_until_refused(&mut c, "fdq");
+    assert_eq!(
+        refused,
+        Some(500),
+        "writes are refused once no new segment can be opened"
+    );
     let r = c
         .call("GET", "/devstoreaccount1/fdq/messages?peekonly=true", &[], b"")
         .unwrap();
     assert_eq!(r.status, 200, "reads still work");
     std::fs::remove_file(&flag).unwrap();
+    let big = "b".repeat(8000);
     for i in 0..300 {
-        assert_eq!(put(&mut c, "fdq", &format!("after{i}{big}")), 201, "writes resume (put {i})");
+        assert_eq!(
+            put(&mut c, "fdq", &format!("after{i}{big}")),
+            201,
+            "writes resume (put {i})"
+        );
         acked += 1;
     }
     proc::kill9(&mut server);
