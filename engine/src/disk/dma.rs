@@ -270,7 +270,9 @@ impl DiskFile for DmaDiskFile {
         if self.sync_path != SyncPath::BlockingPool {
             return super::write_then_sync(self, data, pos).await;
         }
-        let buf = AlignedBuf::copy_of(data, self.alignment as usize).map_err(CommitIoError::Write)?;
+        let align = usize::try_from(self.alignment)
+            .map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let buf = AlignedBuf::copy_of(data, align).map_err(CommitIoError::Write)?;
         let fd = self.pool_fd.clone();
         glommio::executor()
             .spawn_blocking(move || pwrite_then_fdatasync(&fd, &buf, pos))
@@ -367,9 +369,7 @@ impl AlignedBuf {
             layout,
         })
     }
-}
 
-impl AlignedBuf {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `ptr` holds `len` initialized bytes (copied in `copy_of`)
         // for as long as `self` lives.
