@@ -29,6 +29,12 @@ use time::OffsetDateTime;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// The configured accounts by name, looked up once per request. A seeded
+/// fast hash: std's SipHash of the name was about 300 instructions of
+/// every request (docs/benchmarks.md), and the map is fixed at startup, so
+/// no request can insert into it.
+pub type Accounts = foldhash::HashMap<String, Account>;
+
 /// An account and its (one or two) decoded keys.
 #[derive(Debug, Clone)]
 pub struct Account {
@@ -84,7 +90,10 @@ fn verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
 /// still checked on every request by the caller. One per core.
 fn sas_verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
     /// Verified entries by signature, and the probe buffer reused per request.
-    type Verified = (std::collections::HashMap<Vec<u8>, Vec<u8>>, Vec<u8>);
+    // A seeded fast hash: only signatures that verified are inserted, so no
+    // request can choose what collides, and SipHash of the signature was
+    // about 300 instructions of every SAS request.
+    type Verified = (foldhash::HashMap<Vec<u8>, Vec<u8>>, Vec<u8>);
     thread_local! {
         /// Keyed by the signature alone, which is a tenth of the entry:
         /// hashing the whole entry cost more than the rest of the lookup.

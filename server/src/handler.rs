@@ -3,7 +3,7 @@
 //! [`crate::ops`]). Runs on the core that accepted the connection.
 
 use crate::addressing::{parse_target, Addressing, Target};
-use crate::auth::{self, Account, Principal, Sas};
+use crate::auth::{self, Account, Accounts, Principal, Sas};
 use crate::error::ApiError;
 use crate::http::{Request, Response};
 use crate::ops;
@@ -11,7 +11,6 @@ use crate::router::Router;
 use crate::xmlio::iso8601_7;
 use engine::disk::dma::DmaDisk;
 use engine::disk::Disk;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::SystemTime;
@@ -23,7 +22,7 @@ pub const DEFAULT_VERSION: &str = "2026-10-06";
 /// Everything a core needs to serve requests. One per core.
 pub struct Ctx<D: Disk = DmaDisk> {
     pub router: Router<D>,
-    pub accounts: Rc<HashMap<String, Account>>,
+    pub accounts: Rc<Accounts>,
     pub limits: crate::limits::ConnLimits,
     pub addressing: Addressing,
     pub security: Security,

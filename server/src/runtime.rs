@@ -8,7 +8,7 @@
 //! `DmaFile`s in the data directory, or memory with `--in-memory`.
 //! Everything above the disk (shards, router, operations) is the same code.
 
-use crate::auth::Account;
+use crate::auth::Accounts;
 use crate::config::{Config, PreallocFlag, SyncFlag};
 use crate::conn::{serve, ConnCount, Reaper};
 use crate::handler::Ctx;
@@ -27,7 +27,6 @@ use engine::wal::RecoveryMode;
 use engine::{Shard, SystemClock};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -131,7 +130,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     };
     let sigs = block_stop_signals();
     install_panic_exit();
-    let accounts: HashMap<String, Account> = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
+    let accounts: Accounts = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
     let first = accounts.keys().min().cloned().unwrap_or_default();
     // From here on, shard threads run: a failure must not return (that
     // would release the data-directory lock while they still touch it).
@@ -230,12 +229,7 @@ struct Shards {
 impl Shards {
     /// One executor per shard, pinned to its CPU, each with its shard on a
     /// disk of kind `D`.
-    fn spawn<D: Storage>(
-        cfg: &Config,
-        cpus: &[usize],
-        n: usize,
-        accounts: HashMap<String, Account>,
-    ) -> Result<Shards, String> {
+    fn spawn<D: Storage>(cfg: &Config, cpus: &[usize], n: usize, accounts: Accounts) -> Result<Shards, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Arc::new(AtomicBool::new(false));
         let (exit_tx, exits) = mpsc::channel::<(usize, bool)>();
@@ -390,7 +384,7 @@ async fn shard_main<D: Storage>(
     n: usize,
     cfg: Config,
     mesh: Option<router::Mesh<D>>,
-    accounts: HashMap<String, Account>,
+    accounts: Accounts,
     (stop, serving): (Arc<AtomicBool>, Arc<AtomicBool>),
     ready: mpsc::Sender<Result<usize, String>>,
 ) -> Result<(), String> {

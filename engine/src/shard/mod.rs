@@ -32,7 +32,7 @@ use crate::wal::{segment_name, RecordPos, RecoveryMode, RecoveryReport, SegmentR
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::rc::Rc;
 use uuid::Uuid;
@@ -216,7 +216,9 @@ impl Names {
 }
 
 struct State {
-    queues: HashMap<u64, Queue>,
+    /// Looked up on every request; a seeded fast hash (ids are ours, not a
+    /// request's).
+    queues: foldhash::HashMap<u64, Queue>,
     names: Names,
     /// Source of queue ids and message sequence numbers (receipt nonces are
     /// random). Recovered as one more than the largest seen.
@@ -230,7 +232,7 @@ struct State {
     /// During replay only: messages of queues whose definition has not been
     /// seen yet. Compaction rewrites a queue's definition at the head of the
     /// log, after records of its messages, so those come first on replay.
-    orphans: HashMap<u64, Queue>,
+    orphans: foldhash::HashMap<u64, Queue>,
     /// Messages cleared or deleted with their queue, still pinned, released
     /// a slice at a time by maintenance (`release_cleared`).
     cleared: Vec<Cleared>,
@@ -410,13 +412,13 @@ impl<D: Disk> Shard<D> {
     pub async fn open(disk: D, cfg: ShardConfig, clock: Rc<dyn Clock>) -> Result<Self, StorageError> {
         cfg.validate().map_err(StorageError::Config)?;
         let mut state = State {
-            queues: HashMap::new(),
+            queues: Default::default(),
             names: Names::default(),
             next_id: 1,
             clock_floor: 0,
             clock_lsn: 0,
             clock_pos: None,
-            orphans: HashMap::new(),
+            orphans: Default::default(),
             cleared: Vec::new(),
         };
         let wal_cfg = WalConfig {
