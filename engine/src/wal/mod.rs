@@ -24,17 +24,18 @@ pub mod frame;
 pub mod record;
 pub mod recovery;
 pub mod stats;
+mod wakeups;
 
 use crate::disk::{write_then_sync, CommitIoError, Disk, DiskFile};
 use crate::error::StorageError;
 use crate::limits::*;
-use event_listener::Event;
 use frame::{check_header, encode_frame, HeaderCheck, SegmentHeader, FRAME_HEADER_LEN};
 use record::Record;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::time::Instant;
+use wakeups::Wakeups;
 
 pub use recovery::{RecoveryMode, RecoveryReport};
 pub use stats::CommitStats;
@@ -244,14 +245,14 @@ pub struct Wal<D: Disk> {
     cfg: WalConfig,
     st: RefCell<State<D::File>>,
     /// Fired after every commit attempt and every segment preparation.
-    changed: Event,
+    changed: Wakeups,
     /// Waiters the commit in flight does not cover: one not yet woken is
     /// woken to lead when a commit ends, all of them when a commit starts
     /// (to wait on `changed` if it covers them) or the log is poisoned. A
     /// waiter woken to lead that is dropped before it runs passes that
-    /// wake-up on to one not yet woken (event-listener does so for an
-    /// `additional` notification), so the role is never lost with a task.
-    next_leader: Event,
+    /// wake-up on to one not yet woken ([`wakeups`]), so the role is never
+    /// lost with a task.
+    next_leader: Wakeups,
 }
 
 impl<D: Disk> Wal<D> {
@@ -291,8 +292,8 @@ impl<D: Disk> Wal<D> {
                 spare_files: Vec::new(),
                 scratch: Vec::new(),
             }),
-            changed: Event::new(),
-            next_leader: Event::new(),
+            changed: Wakeups::default(),
+            next_leader: Wakeups::default(),
         };
         wal.adopt_spares(rec.next_lsn == 1).await?;
         // Every start writes into a segment of its own: a recovered segment is
@@ -348,8 +349,8 @@ impl<D: Disk> Wal<D> {
             st.poisoned = Some(why);
         }
         drop(st);
-        self.changed.notify(usize::MAX);
-        self.next_leader.notify(usize::MAX);
+        self.changed.wake_all();
+        self.next_leader.wake_all();
     }
 
     /// Does `len` more bytes from `base` stay within the segment, leaving
@@ -435,7 +436,7 @@ impl<D: Disk> Wal<D> {
             Err(e) => Err(e),
         };
         drop(st);
-        self.changed.notify(usize::MAX);
+        self.changed.wake_all();
         out
     }
 
@@ -706,7 +707,7 @@ impl<D: Disk> Wal<D> {
                 Ok(batch) => {
                     // Whoever waited to lead now waits on `changed` if this
                     // commit covers it, or again to lead the one after.
-                    self.next_leader.notify(usize::MAX);
+                    self.next_leader.wake_all();
                     self.lead_commit(batch).await;
                     continue;
                 }
@@ -774,9 +775,9 @@ impl<D: Disk> Wal<D> {
                 // run may find its record durable by now and return
                 // without leading, and must not stand for the waiter that
                 // still needs a commit (the simulator's seed 0 deadlocked
-                // with a plain `notify(1)`, which counts it).
-                self.next_leader.notify_additional(1);
-                self.changed.notify(usize::MAX);
+                // with event-listener's plain `notify(1)`, which counts it).
+                self.next_leader.wake_one_more();
+                self.changed.wake_all();
             }
             Err(why) => {
                 drop(st);

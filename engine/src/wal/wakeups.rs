@@ -1,0 +1,206 @@
+//! A wake-up list for the tasks of one core: the part of `event_listener`
+//! the commit protocol uses (listen, wake every listener, wake one more),
+//! without its atomics and lock. The log is owned by one shard, so nothing
+//! here is shared across threads; the thread-safe list was about a thousand
+//! instructions of every put (two listeners per put, two notifications per
+//! commit; docs/benchmarks.md).
+//!
+//! The one subtle rule is `event_listener`'s for an *additional*
+//! notification: a listener woken by [`Wakeups::wake_one_more`] that is
+//! dropped before it observed the wake-up passes it on to the next listener,
+//! so a role handed out that way (leading the next commit) is never lost
+//! with a task that went away.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+/// Listeners waiting on one condition. Owned by the shard's log.
+#[derive(Default)]
+pub struct Wakeups {
+    /// Listeners not yet woken, earliest first. A listener dropped before
+    /// its wake-up stays here, marked, until the next [`Wakeups::wake_all`]
+    /// takes it out or [`Wakeups::wake_one_more`] skips it.
+    waiting: RefCell<VecDeque<Rc<Slot>>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    state: Cell<SlotState>,
+    waker: Cell<Option<Waker>>,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+enum SlotState {
+    #[default]
+    Waiting,
+    /// Woken by `wake_all`.
+    Woken,
+    /// Woken by `wake_one_more`: passed on if dropped before observed.
+    WokenOne,
+    /// The wake-up was returned by the listener's future.
+    Observed,
+    /// Dropped while waiting.
+    Gone,
+}
+
+impl Wakeups {
+    /// Registers a listener now: a wake-up after this call reaches it even
+    /// if it is first polled later.
+    pub fn listen(&self) -> Listener<'_> {
+        let slot = Rc::new(Slot::default());
+        self.waiting.borrow_mut().push_back(slot.clone());
+        Listener { event: self, slot }
+    }
+
+    /// Wakes every listener registered so far.
+    pub fn wake_all(&self) {
+        let woken = std::mem::take(&mut *self.waiting.borrow_mut());
+        for slot in woken.iter().filter(|s| s.state.get() != SlotState::Gone) {
+            slot.wake(SlotState::Woken);
+        }
+    }
+
+    /// Wakes the earliest listener not yet woken, if there is one.
+    pub fn wake_one_more(&self) {
+        loop {
+            // The borrow ends with the statement: a waker may run code that
+            // listens again (glommio's only schedules, but nothing relies on it).
+            let next = self.waiting.borrow_mut().pop_front();
+            match next {
+                None => return,
+                Some(slot) if slot.state.get() == SlotState::Gone => continue,
+                Some(slot) => return slot.wake(SlotState::WokenOne),
+            }
+        }
+    }
+}
+
+impl Slot {
+    fn wake(&self, how: SlotState) {
+        debug_assert_eq!(self.state.get(), SlotState::Waiting, "a listener is woken once");
+        self.state.set(how);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// One registered wait; resolves once woken.
+pub struct Listener<'a> {
+    event: &'a Wakeups,
+    slot: Rc<Slot>,
+}
+
+impl Future for Listener<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.slot.state.get() {
+            SlotState::Woken | SlotState::WokenOne | SlotState::Observed => {
+                self.slot.state.set(SlotState::Observed);
+                Poll::Ready(())
+            }
+            SlotState::Waiting | SlotState::Gone => {
+                let waker = match self.slot.waker.take() {
+                    Some(w) if w.will_wake(cx.waker()) => w,
+                    _ => cx.waker().clone(),
+                };
+                self.slot.waker.set(Some(waker));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Listener<'_> {
+    fn drop(&mut self) {
+        match self.slot.state.get() {
+            SlotState::Waiting => self.slot.state.set(SlotState::Gone),
+            SlotState::WokenOne => self.event.wake_one_more(),
+            SlotState::Woken | SlotState::Observed | SlotState::Gone => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn poll(l: &mut Listener<'_>, waker: &Waker) -> bool {
+        Pin::new(l).poll(&mut Context::from_waker(waker)).is_ready()
+    }
+
+    #[test]
+    fn wake_all_reaches_only_the_listeners_registered_before_it() {
+        let ev = Wakeups::default();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let (mut a, mut b) = (ev.listen(), ev.listen());
+        assert!(!poll(&mut a, &waker));
+        ev.wake_all();
+        let mut c = ev.listen();
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "only a had a waker to wake");
+        assert!(
+            poll(&mut a, &waker) && poll(&mut b, &waker),
+            "b was woken before its first poll"
+        );
+        assert!(!poll(&mut c, &waker));
+    }
+
+    #[test]
+    fn wake_one_more_goes_in_order_and_skips_dropped_listeners() {
+        let ev = Wakeups::default();
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let a = ev.listen();
+        let mut b = ev.listen();
+        let mut c = ev.listen();
+        drop(a);
+        ev.wake_one_more();
+        assert!(poll(&mut b, &waker), "a was gone: b is next");
+        assert!(!poll(&mut c, &waker));
+        ev.wake_one_more();
+        assert!(poll(&mut c, &waker));
+        ev.wake_one_more(); // nobody left: nothing happens
+        assert!(ev.waiting.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_wake_up_to_one_that_is_dropped_unobserved_passes_to_the_next() {
+        let ev = Wakeups::default();
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let a = ev.listen();
+        let mut b = ev.listen();
+        ev.wake_one_more();
+        assert!(!poll(&mut b, &waker), "a holds the wake-up");
+        drop(a);
+        assert!(poll(&mut b, &waker), "a's wake-up went to b");
+        // An observed wake-up is not passed on.
+        let mut c = ev.listen();
+        let mut d = ev.listen();
+        ev.wake_one_more();
+        assert!(poll(&mut c, &waker));
+        drop(c);
+        assert!(!poll(&mut d, &waker));
+        // Nor is one from `wake_all`.
+        let e = ev.listen();
+        ev.wake_all();
+        let mut f = ev.listen();
+        drop(e);
+        assert!(!poll(&mut f, &waker));
+        drop(d);
+    }
+}
