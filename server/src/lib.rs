@@ -23,6 +23,7 @@
 //! - [`limits`]: the server's hard limits.
 //! - [`metrics`]: per-core counters, merged into Prometheus text at a scrape.
 //! - [`admin`]: the admin address: `/metrics`, `/healthz`, `/readyz`.
+//! - [`allocator`]: the process's allocator (mimalloc).
 //!
 //! # Ownership
 //! Every connection, and everything it touches, belongs to the core that
@@ -31,6 +32,7 @@
 
 pub mod addressing;
 pub mod admin;
+pub mod allocator;
 pub mod auth;
 pub mod config;
 pub mod conn;

@@ -3,9 +3,10 @@ use server::config::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 // Requests allocate many small strings; glibc's malloc spent ~15% of a core
-// on them under load (perf, docs/benchmarks.md). mimalloc is far cheaper here.
+// on them under load (perf, docs/benchmarks.md). mimalloc is far cheaper
+// here; `server::allocator` says how it is called.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: server::allocator::Mimalloc = server::allocator::Mimalloc;
 
 /// Log lines queued for the writer thread before new ones are dropped.
 const LOG_LINES_QUEUED: usize = 64 * 1024;
