@@ -749,15 +749,17 @@ fn check_host(req: &Request) -> Result<(), FrameError> {
 
 /// Decides how the body is framed (RFC 9112 §6), refusing anything ambiguous.
 fn framing(req: &Request) -> Result<Body, FrameError> {
-    let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
-    let cl: Vec<&str> = req.headers.named("content-length").collect();
-    if !te.is_empty() {
+    // Iterated, not collected: the usual request has one Content-Length and
+    // no Transfer-Encoding, and needs no allocation to say so.
+    let mut cl = req.headers.named("content-length").peekable();
+    if req.headers.named("transfer-encoding").next().is_some() {
+        let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
         // RFC 9112 §6.1: HTTP/1.0 has no transfer codings; such a message's
         // framing is faulty (a proxy in front may frame it differently).
         if req.http10 {
             return Err(FrameError::Bad("Transfer-Encoding in an HTTP/1.0 request"));
         }
-        if !cl.is_empty() {
+        if cl.peek().is_some() {
             return Err(FrameError::Bad("both Transfer-Encoding and Content-Length"));
         }
         let last = te.join(",");
