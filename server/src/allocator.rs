@@ -19,11 +19,23 @@ use std::ffi::c_void;
 /// (mimalloc's `MI_MAX_ALIGN_SIZE`, `sizeof(max_align_t)` on x86-64 and
 /// aarch64 Linux); smaller blocks are aligned to their power-of-two size
 /// class, so an alignment no larger than the size is met as well. The same
-/// rule as std's own `System` allocator.
+/// rule as std's own `System` allocator. (mimalloc's guarded pages, which
+/// place a block right before a guard page, exist only in its debug build,
+/// which libmimalloc-sys's `debug` feature would select; it is off.)
 const PLAIN_ALIGN: usize = 16;
 
 fn plain(align: usize, size: usize) -> bool {
     align <= PLAIN_ALIGN && align <= size
+}
+
+/// Test builds check every block's alignment. An allocator must not panic
+/// (a panic's message allocates), so a misaligned block aborts.
+#[inline]
+fn checked(p: *mut c_void, layout: Layout) -> *mut u8 {
+    if cfg!(debug_assertions) && !p.is_null() && !(p as usize).is_multiple_of(layout.align()) {
+        std::process::abort();
+    }
+    p.cast()
 }
 
 pub struct Mimalloc;
@@ -39,8 +51,7 @@ unsafe impl GlobalAlloc for Mimalloc {
         } else {
             mi_malloc_aligned(layout.size(), layout.align())
         };
-        debug_assert!((p as usize) % layout.align() == 0, "misaligned block for {layout:?}");
-        p.cast()
+        checked(p, layout)
     }
 
     #[inline]
@@ -50,8 +61,7 @@ unsafe impl GlobalAlloc for Mimalloc {
         } else {
             mi_zalloc_aligned(layout.size(), layout.align())
         };
-        debug_assert!((p as usize) % layout.align() == 0, "misaligned block for {layout:?}");
-        p.cast()
+        checked(p, layout)
     }
 
     #[inline]
@@ -66,7 +76,6 @@ unsafe impl GlobalAlloc for Mimalloc {
         } else {
             mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align())
         };
-        debug_assert!((p as usize) % layout.align() == 0, "misaligned block for {layout:?}");
-        p.cast()
+        checked(p, layout)
     }
 }

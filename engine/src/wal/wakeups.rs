@@ -25,6 +25,9 @@ pub struct Wakeups {
     /// its wake-up stays here, marked, until the next [`Wakeups::wake_all`]
     /// takes it out or [`Wakeups::wake_one_more`] skips it.
     waiting: RefCell<VecDeque<Rc<Slot>>>,
+    /// The list `wake_all` emptied, kept for its capacity: a wake-up per
+    /// commit must not allocate a new list.
+    spare: RefCell<VecDeque<Rc<Slot>>>,
 }
 
 #[derive(Default)]
@@ -58,10 +61,12 @@ impl Wakeups {
 
     /// Wakes every listener registered so far.
     pub fn wake_all(&self) {
-        let woken = std::mem::take(&mut *self.waiting.borrow_mut());
-        for slot in woken.iter().filter(|s| s.state.get() != SlotState::Gone) {
+        let mut woken = std::mem::take(&mut *self.spare.borrow_mut());
+        std::mem::swap(&mut woken, &mut *self.waiting.borrow_mut());
+        for slot in woken.drain(..).filter(|s| s.state.get() != SlotState::Gone) {
             slot.wake(SlotState::Woken);
         }
+        *self.spare.borrow_mut() = woken;
     }
 
     /// Wakes the earliest listener not yet woken, if there is one.
@@ -119,7 +124,11 @@ impl Future for Listener<'_> {
 impl Drop for Listener<'_> {
     fn drop(&mut self) {
         match self.slot.state.get() {
-            SlotState::Waiting => self.slot.state.set(SlotState::Gone),
+            SlotState::Waiting => {
+                // Its task may be gone; the list keeps only the slot.
+                self.slot.state.set(SlotState::Gone);
+                drop(self.slot.waker.take());
+            }
             SlotState::WokenOne => self.event.wake_one_more(),
             SlotState::Woken | SlotState::Observed | SlotState::Gone => {}
         }
