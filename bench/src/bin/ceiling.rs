@@ -47,6 +47,10 @@ struct Args {
     /// commits into unwritten extents cost against overwrites.
     #[arg(long)]
     fresh_files: bool,
+    /// Busy CPU time added to every request, in microseconds: a diagnostic
+    /// of how the rate answers per-request work (docs/benchmarks.md).
+    #[arg(long, default_value_t = 0.0)]
+    work_us: f64,
 }
 
 /// The device's write unit: commits start and end on it (O_DIRECT).
@@ -82,20 +86,26 @@ async fn serve(args: Args) -> std::io::Result<()> {
         None => None,
     };
     let answers = Rc::new(Answers::new());
+    let work = std::time::Duration::from_secs_f64(args.work_us.max(0.0) / 1e6);
     let listener = TcpListener::bind(&args.addr)?;
     println!("ceiling ready on {} (durable: {})", args.addr, log.is_some());
     loop {
         let stream = listener.accept().await?;
         let (log, answers) = (log.clone(), answers.clone());
         glommio::spawn_local(async move {
-            let _ = connection(stream, log, answers).await;
+            let _ = connection(stream, log, answers, work).await;
         })
         .detach();
     }
 }
 
 /// Serves one keep-alive connection, answering pipelined requests in one write.
-async fn connection(mut stream: TcpStream, log: Option<Rc<Log>>, answers: Rc<Answers>) -> std::io::Result<()> {
+async fn connection(
+    mut stream: TcpStream,
+    log: Option<Rc<Log>>,
+    answers: Rc<Answers>,
+    work: std::time::Duration,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut buf = vec![0u8; 64 * 1024];
     let (mut start, mut end) = (0usize, 0usize);
@@ -104,6 +114,12 @@ async fn connection(mut stream: TcpStream, log: Option<Rc<Log>>, answers: Rc<Ans
         // Answer every complete request already read.
         let mut wait_for = None;
         while let Some((len, body, kind)) = parse(&buf[start..end])? {
+            if !work.is_zero() {
+                let t = std::time::Instant::now();
+                while t.elapsed() < work {
+                    std::hint::spin_loop();
+                }
+            }
             if let (Some(log), Some(body)) = (&log, body) {
                 wait_for = Some(log.append(&buf[start + len - body..start + len]));
             }
