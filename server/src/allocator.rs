@@ -38,6 +38,22 @@ fn checked(p: *mut c_void, layout: Layout) -> *mut u8 {
     p.cast()
 }
 
+/// A new block for `layout`, zeroed or not.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc`: `layout` has a non-zero size.
+#[inline]
+unsafe fn allocate(layout: Layout, zeroed: bool) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
+    let p = match (plain(align, size), zeroed) {
+        (true, false) => mi_malloc(size),
+        (true, true) => mi_zalloc(size),
+        (false, false) => mi_malloc_aligned(size, align),
+        (false, true) => mi_zalloc_aligned(size, align),
+    };
+    checked(p, layout)
+}
+
 pub struct Mimalloc;
 
 // SAFETY: every method forwards to mimalloc with a size and an alignment
@@ -46,22 +62,12 @@ pub struct Mimalloc;
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = if plain(layout.align(), layout.size()) {
-            mi_malloc(layout.size())
-        } else {
-            mi_malloc_aligned(layout.size(), layout.align())
-        };
-        checked(p, layout)
+        allocate(layout, false)
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = if plain(layout.align(), layout.size()) {
-            mi_zalloc(layout.size())
-        } else {
-            mi_zalloc_aligned(layout.size(), layout.align())
-        };
-        checked(p, layout)
+        allocate(layout, true)
     }
 
     #[inline]
