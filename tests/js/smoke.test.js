@@ -3,7 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { createServer } from "node:net";
@@ -28,9 +28,13 @@ function freePort() {
   });
 }
 
+// The server's data directory: removed once it has stopped, so that every
+// run does not leave a log segment behind in the temporary directory.
+let data;
+
 before(async () => {
   port = await freePort();
-  const data = mkdtempSync(join(tmpdir(), "hematite-js-"));
+  data = mkdtempSync(join(tmpdir(), "hematite-js-"));
   const certs = join(root, "tests", "certs");
   const tlsArgs = tls ? ["--cert", join(certs, "server.pem"), "--key", join(certs, "server.key")] : [];
   server = spawn(bin, ["--addr", `127.0.0.1:${port}`, "--data-dir", data, ...tlsArgs], { stdio: ["ignore", "pipe", "inherit"] });
@@ -46,6 +50,7 @@ after(async () => {
   const exited = new Promise((resolve) => server.on("exit", resolve));
   server.kill("SIGTERM");
   assert.equal(await exited, 0);
+  rmSync(data, { recursive: true, force: true });
 });
 
 test("create, createIfNotExists, metadata, list, delete", async () => {
