@@ -749,11 +749,11 @@ fn check_host(req: &Request) -> Result<(), FrameError> {
 
 /// Decides how the body is framed (RFC 9112 §6), refusing anything ambiguous.
 fn framing(req: &Request) -> Result<Body, FrameError> {
-    // Iterated, not collected: the usual request has one Content-Length and
-    // no Transfer-Encoding, and needs no allocation to say so.
+    // Content-Length is iterated, not collected: the usual request has one
+    // and needs no allocation to say so (an empty `te` allocates nothing).
+    let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
     let mut cl = req.headers.named("content-length").peekable();
-    if req.headers.named("transfer-encoding").next().is_some() {
-        let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
+    if !te.is_empty() {
         // RFC 9112 §6.1: HTTP/1.0 has no transfer codings; such a message's
         // framing is faulty (a proxy in front may frame it differently).
         if req.http10 {

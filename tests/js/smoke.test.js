@@ -49,8 +49,9 @@ before(async () => {
 after(async () => {
   const exited = new Promise((resolve) => server.on("exit", resolve));
   server.kill("SIGTERM");
-  assert.equal(await exited, 0);
+  const code = await exited;
   rmSync(data, { recursive: true, force: true });
+  assert.equal(code, 0);
 });
 
 test("create, createIfNotExists, metadata, list, delete", async () => {
