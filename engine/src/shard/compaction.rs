@@ -193,7 +193,7 @@ impl<D: Disk> Shard<D> {
             let mut cache = self.cache.borrow_mut();
             cache.remove((m.body.seg, m.body.offset));
             if let Some(b) = cached {
-                cache.insert((fresh.body.seg, fresh.body.offset), b);
+                cache.insert_appended((fresh.body.seg, fresh.body.offset), b);
             }
             rewritten += 1;
         }

@@ -915,7 +915,7 @@ impl<D: Disk> Shard<D> {
         wal.pin(m.body.seg, m.body.frame_len);
         self.cache
             .borrow_mut()
-            .insert((m.body.seg, m.body.offset), state.body.clone());
+            .insert_appended((m.body.seg, m.body.offset), state.body.clone());
         let q = st.queues.get_mut(&state.qid).expect("named queue exists");
         q.last_lsn = pos.lsn;
         let before = self.next_visible_if_watched(q, now);
@@ -945,7 +945,7 @@ impl<D: Disk> Shard<D> {
         wal.pin(fresh.body.seg, fresh.body.frame_len);
         self.cache
             .borrow_mut()
-            .insert((fresh.body.seg, fresh.body.offset), body);
+            .insert_appended((fresh.body.seg, fresh.body.offset), body);
         q.upsert(fresh);
         Ok(pos)
     }
