@@ -10,7 +10,13 @@
 //!   no node per body, and what is evicted is the oldest write. A lookup is
 //!   a binary search. This is the path of every put, which under a put-heavy
 //!   load was a hash insert, a node allocation and a cold LRU eviction each
-//!   (about 3% of a core at 40k puts/s, docs/benchmarks.md).
+//!   (about 530 ns per put at 40k puts/s; docs/benchmarks.md, "Appended
+//!   bodies in WAL order").
+//!   The deque's slots, the empty ones of removed bodies included, are
+//!   bounded (`max_entries`), so an appended body leaves the cache at the
+//!   latest that many appends later, even with bytes to spare: a message
+//!   kept while many others come and go is read from disk when it is
+//!   finally fetched (and then kept in the LRU).
 //! - **Loaded bodies**, read back from disk by a Get or Peek, in an LRU.
 //!
 //! When the budget is exceeded, loaded bodies go first while they hold more
@@ -22,9 +28,10 @@ use lru::LruCache;
 use std::collections::{HashSet, VecDeque};
 use std::rc::Rc;
 
-/// Bytes each entry costs besides its body: the key, the `Rc` header, the
-/// LRU node and its hash slot. Counted so that tiny or empty bodies cannot
-/// grow the cache without bound.
+/// Bytes each entry costs besides its body: the key, the `Rc` header, and
+/// the LRU node and its hash slot (a loaded body) or its deque slot (an
+/// appended one, less). Counted so that tiny or empty bodies cannot grow
+/// the cache without bound.
 pub const ENTRY_OVERHEAD: usize = 96;
 
 /// The cache holds at most one entry per this many bytes of capacity, in
