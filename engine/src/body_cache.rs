@@ -153,8 +153,7 @@ impl BodyCache {
         // `push` returns the entry it replaced (the LRU's own bound is never
         // reached: ours, below, is half of it).
         if let Some((_, old)) = self.lru.push(key, body) {
-            self.bytes -= Self::cost(&old);
-            self.lru_bytes -= Self::cost(&old);
+            self.forget_loaded(&old);
         }
         if self.lru.len() > self.max_entries {
             self.pop_loaded();
@@ -178,15 +177,13 @@ impl BodyCache {
     /// Drops the least recently used loaded body.
     fn pop_loaded(&mut self) {
         let (_, evicted) = self.lru.pop_lru().expect("called only while loaded bodies are cached");
-        self.bytes -= Self::cost(&evicted);
-        self.lru_bytes -= Self::cost(&evicted);
+        self.forget_loaded(&evicted);
     }
 
     /// Drops the oldest appended slot, and the empty slots behind it.
     fn pop_appended(&mut self) {
         if let Some((_, Some(evicted))) = self.appended.pop_front() {
-            self.bytes -= Self::cost(&evicted);
-            self.appended_bodies -= 1;
+            self.forget_appended(&evicted);
         }
         self.pop_empty_front();
     }
@@ -201,14 +198,26 @@ impl BodyCache {
         self.loading.remove(&key);
         if let Some(at) = self.slot(key) {
             if let Some(old) = self.appended.get_mut(at).and_then(|(_, b)| b.take()) {
-                self.bytes -= Self::cost(&old);
-                self.appended_bodies -= 1;
+                self.forget_appended(&old);
             }
             self.pop_empty_front();
         } else if let Some(old) = self.lru.pop(&key) {
-            self.bytes -= Self::cost(&old);
-            self.lru_bytes -= Self::cost(&old);
+            self.forget_loaded(&old);
         }
+    }
+
+    /// The counters' side of a loaded body leaving the LRU: the one place
+    /// that lowers `lru_bytes`, so it cannot drift from `bytes`.
+    fn forget_loaded(&mut self, body: &[u8]) {
+        let cost = Self::cost(body);
+        self.bytes -= cost;
+        self.lru_bytes -= cost;
+    }
+
+    /// The counters' side of an appended body leaving its slot.
+    fn forget_appended(&mut self, body: &[u8]) {
+        self.bytes -= Self::cost(body);
+        self.appended_bodies -= 1;
     }
 
     /// A read of `key` from disk starts.
