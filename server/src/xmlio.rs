@@ -33,6 +33,28 @@ pub fn escape_text(s: &str) -> std::borrow::Cow<'_, str> {
     quick_xml::escape::partial_escape(s)
 }
 
+/// Appends `text` as element content, escaped as [`escape_text`] does. The
+/// search for the three bytes is memchr's vectorized one: quick-xml's
+/// escape tests a byte at a time, and a message text is up to 64 KiB (on a
+/// 1 KiB Get Messages it was 1.3% of a put-get-delete cycle's samples).
+pub fn push_text(out: &mut String, text: &str) {
+    let mut rest = text;
+    while let Some(at) = memchr::memchr3(b'<', b'>', b'&', rest.as_bytes()) {
+        // `at` is the index of an ASCII byte, so a char boundary on both sides.
+        let (Some(clean), Some(tail)) = (rest.get(..at), rest.get(at..)) else {
+            break;
+        };
+        out.push_str(clean);
+        out.push_str(match tail.as_bytes().first() {
+            Some(b'<') => "&lt;",
+            Some(b'>') => "&gt;",
+            _ => "&amp;",
+        });
+        rest = tail.get(1..).unwrap_or_default();
+    }
+    out.push_str(rest);
+}
+
 /// RFC 1123 (`Sun, 22 Nov 2026 10:43:06 GMT`) from milliseconds since the epoch.
 pub fn rfc1123(ms: u64) -> String {
     let mut s = String::with_capacity(29);
@@ -135,13 +157,8 @@ pub fn write_put(p: &engine::shard::PutReceipt) -> String {
 /// The fields of one stored message in Put Message's answer, also each
 /// stored entry of Put Message Batch's.
 pub fn write_put_fields(s: &mut String, p: &engine::shard::PutReceipt) {
-    s.push_str("<MessageId>");
-    s.push_str(p.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()));
-    s.push_str("</MessageId><InsertionTime>");
-    push_rfc1123(s, p.inserted_ms);
-    s.push_str("</InsertionTime><ExpirationTime>");
-    push_rfc1123(s, p.expires_ms);
-    s.push_str("</ExpirationTime><PopReceipt>");
+    push_stored_fields(s, &p.id, p.inserted_ms, p.expires_ms);
+    s.push_str("<PopReceipt>");
     s.push_str(&p.pop_receipt);
     s.push_str("</PopReceipt><TimeNextVisible>");
     push_rfc1123(s, p.visible_ms);
@@ -170,44 +187,52 @@ fn write_list<T>(msgs: &[T], text_len: impl Fn(&T) -> usize, item: impl Fn(&mut 
 
 /// Get Messages' body (REST reference: "Get Messages").
 pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
-    use std::fmt::Write;
     write_list(
         msgs,
         |m| m.text.len(),
         |s, m| {
-            let _ = write!(
-            s,
-            "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
-            m.id,
-            rfc1123(m.inserted_ms),
-            rfc1123(m.expires_ms),
-            m.pop_receipt,
-            rfc1123(m.visible_ms),
-            m.dequeue_count,
-            escape_text(&m.text)
-        );
+            s.push_str("<QueueMessage>");
+            push_stored_fields(s, &m.id, m.inserted_ms, m.expires_ms);
+            s.push_str("<PopReceipt>");
+            s.push_str(&m.pop_receipt);
+            s.push_str("</PopReceipt><TimeNextVisible>");
+            push_rfc1123(s, m.visible_ms);
+            s.push_str("</TimeNextVisible>");
+            push_count_and_text(s, m.dequeue_count, &m.text);
         },
     )
 }
 
 /// Peek Messages' body (REST reference: "Peek Messages"): no receipt, no next-visible time.
 pub fn write_peeked(msgs: &[engine::shard::PeekedMessage]) -> String {
-    use std::fmt::Write;
     write_list(
         msgs,
         |m| m.text.len(),
         |s, m| {
-            let _ = write!(
-            s,
-            "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime><ExpirationTime>{}</ExpirationTime><DequeueCount>{}</DequeueCount><MessageText>{}</MessageText></QueueMessage>",
-            m.id,
-            rfc1123(m.inserted_ms),
-            rfc1123(m.expires_ms),
-            m.dequeue_count,
-            escape_text(&m.text)
-        );
+            s.push_str("<QueueMessage>");
+            push_stored_fields(s, &m.id, m.inserted_ms, m.expires_ms);
+            push_count_and_text(s, m.dequeue_count, &m.text);
         },
     )
+}
+
+/// A listed message's id, insertion and expiration times.
+fn push_stored_fields(s: &mut String, id: &uuid::Uuid, inserted_ms: u64, expires_ms: u64) {
+    s.push_str("<MessageId>");
+    s.push_str(id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()));
+    s.push_str("</MessageId><InsertionTime>");
+    push_rfc1123(s, inserted_ms);
+    s.push_str("</InsertionTime><ExpirationTime>");
+    push_rfc1123(s, expires_ms);
+    s.push_str("</ExpirationTime>");
+}
+
+/// A listed message's dequeue count and text, and the element's end.
+fn push_count_and_text(s: &mut String, dequeue_count: u64, text: &str) {
+    use std::fmt::Write;
+    let _ = write!(s, "<DequeueCount>{dequeue_count}</DequeueCount><MessageText>");
+    push_text(s, text);
+    s.push_str("</MessageText></QueueMessage>");
 }
 
 /// A tiny element tree, enough for Azure's small request documents.
@@ -504,6 +529,20 @@ pub fn flatten(node: &Node, prefix: &str, out: &mut BTreeMap<String, String>) {
     clippy::arithmetic_side_effects
 )]
 mod tests {
+
+    proptest::proptest! {
+        /// The vectorized escape writes what quick-xml's does, for any text
+        /// (the three escaped bytes dense among multi-byte characters).
+        #[test]
+        fn pushed_text_is_escaped_as_escape_text_does(
+            text in "[<>&a\"'é\u{1F600}]{0,80}",
+            prefix in "[a-z]{0,3}",
+        ) {
+            let mut out = prefix.clone();
+            super::push_text(&mut out, &text);
+            proptest::prop_assert_eq!(out, format!("{prefix}{}", super::escape_text(&text)));
+        }
+    }
 
     /// The reader's answer for a message body, bypassing the fast path.
     fn slow_text(body: &str) -> Result<String, String> {
