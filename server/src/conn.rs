@@ -14,31 +14,61 @@ use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Deadlines for connections waiting on their peer, enforced by one task per
 /// core. Per-request timers would cost an io_uring timeout submission and a
 /// cancellation on every request; instead each connection records when it
 /// must give up, and the reaper shuts the socket down once that passes (or at
 /// shutdown), which wakes the blocked read with end-of-file.
+///
+/// Time here is counted in the reaper's ticks, not read from the clock: a
+/// request set and cleared three or four deadlines, each a clock read of
+/// about 30 ns (docs/benchmarks.md, "Clock reads nobody reads"). A tick
+/// lasts at least `REAPER_TICK` (the reaper sleeps that long between
+/// counts), so a deadline `ticks_for(limit)` ticks ahead never fires before
+/// `limit` has passed; it fires at most about two ticks late.
+/// Owned by one core; not `Send`.
 #[derive(Default)]
 pub struct Reaper {
     next: Cell<u64>,
+    /// Ticks counted since the core started, shared with every `Watch`.
+    tick: Rc<Cell<u64>>,
     conns: RefCell<HashMap<u64, Rc<Watch>>>,
+}
+
+/// The ticks a deadline `limit` from now is set ahead: whole ticks covering
+/// `limit`, plus one for the part of the current tick already gone.
+fn ticks_for(limit: Duration) -> u64 {
+    let tick = REAPER_TICK.as_nanos().max(1);
+    let whole = limit.as_nanos().div_ceil(tick);
+    u64::try_from(whole).unwrap_or(u64::MAX).saturating_add(1)
 }
 
 /// One connection's entry: its socket and, while it waits, its deadline.
 pub struct Watch {
     fd: RawFd,
-    deadline: Cell<Option<Instant>>,
-    /// While a request that may wait long (a long poll) is handled: since
-    /// when. The reaper then checks whether the peer has gone.
-    busy_since: Cell<Option<Instant>>,
+    /// The reaper's tick count (see [`Reaper`]).
+    tick: Rc<Cell<u64>>,
+    /// The tick at which the reaper gives up on the peer.
+    deadline: Cell<Option<u64>>,
+    /// While a request that may wait long (a long poll) is handled: the tick
+    /// from which the reaper checks whether the peer has gone.
+    check_peer_from: Cell<Option<u64>>,
     /// Raised when the peer closed while its request was handled.
     hangup: RefCell<Option<Rc<Hangup>>>,
 }
 
 impl Watch {
+    /// Gives the peer `limit` from now.
+    fn arm(&self, limit: Duration) {
+        self.deadline.set(Some(self.tick.get().saturating_add(ticks_for(limit))));
+    }
+
+    fn disarm(&self) {
+        self.deadline.set(None);
+    }
+
     /// Whether the peer has closed its end or the socket failed, whatever
     /// unread data is still waiting (a pipelined request, or a TLS
     /// close_notify alert, which arrives before the FIN): `POLLRDHUP`.
@@ -61,8 +91,9 @@ impl Reaper {
         self.next.set(id + 1);
         let w = Rc::new(Watch {
             fd,
+            tick: self.tick.clone(),
             deadline: Cell::new(None),
-            busy_since: Cell::new(None),
+            check_peer_from: Cell::new(None),
             hangup: RefCell::new(None),
         });
         self.conns.borrow_mut().insert(id, w.clone());
@@ -77,7 +108,7 @@ impl Reaper {
     pub async fn run(self: Rc<Self>, stop: Arc<AtomicBool>) {
         loop {
             let stopping = stop.load(Ordering::Relaxed);
-            let now = Instant::now();
+            let now = self.tick.get();
             for w in self.conns.borrow().values() {
                 if w.deadline.get().is_some_and(|d| stopping || d <= now) {
                     // SAFETY: shutdown on a socket the connection still owns;
@@ -86,10 +117,7 @@ impl Reaper {
                         libc::shutdown(w.fd, libc::SHUT_RDWR);
                     }
                 }
-                let long = w
-                    .busy_since
-                    .get()
-                    .is_some_and(|t| now.duration_since(t) >= LONG_REQUEST);
+                let long = w.check_peer_from.get().is_some_and(|t| t <= now);
                 if long {
                     if let Some(h) = w.hangup.borrow().as_ref().filter(|h| !h.raised()) {
                         if w.peer_closed() {
@@ -102,6 +130,7 @@ impl Reaper {
                 return;
             }
             glommio::timer::sleep(REAPER_TICK).await;
+            self.tick.set(self.tick.get().saturating_add(1));
         }
     }
 }
@@ -243,7 +272,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
 /// refused would otherwise find the socket closed with unread data, and the
 /// kernel's reset can discard our answer before the client reads it.
 async fn linger<R: AsyncRead + Unpin>(watch: &Watch, stream: &mut R) {
-    watch.deadline.set(Some(Instant::now() + LINGER_TIME));
+    watch.arm(LINGER_TIME);
     let mut scratch = [0u8; 4096];
     let mut dropped = 0usize;
     while dropped < LINGER_BYTES {
@@ -252,7 +281,7 @@ async fn linger<R: AsyncRead + Unpin>(watch: &Watch, stream: &mut R) {
             Ok(n) => dropped = dropped.saturating_add(n),
         }
     }
-    watch.deadline.set(None);
+    watch.disarm();
 }
 
 /// The next request, or `None` when the connection should end (closed,
@@ -265,13 +294,13 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
     limits: &ConnLimits,
     out: &mut Vec<u8>,
 ) -> Option<Request> {
-    watch.deadline.set(Some(Instant::now() + limits.idle_timeout));
+    watch.arm(limits.idle_timeout);
     if !matches!(r.wait_for_request().await, Ok(true)) {
         return None;
     }
-    watch.deadline.set(Some(Instant::now() + limits.request_timeout));
+    watch.arm(limits.request_timeout);
     let next = r.next_request().await;
-    watch.deadline.set(None);
+    watch.disarm();
     match next {
         Ok(req) => req,
         Err((e, _)) => {
@@ -300,9 +329,11 @@ async fn handle_watching_peer<D: engine::disk::Disk>(
     let hangup = Rc::new(Hangup::default());
     req.hangup = Some(hangup.clone());
     *watch.hangup.borrow_mut() = Some(hangup);
-    watch.busy_since.set(Some(Instant::now()));
+    watch
+        .check_peer_from
+        .set(Some(watch.tick.get().saturating_add(ticks_for(LONG_REQUEST))));
     let resp = handle(ctx, &req, peer).await;
-    watch.busy_since.set(None);
+    watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
     resp
 }
@@ -323,22 +354,22 @@ async fn write_before<W: AsyncWrite + Unpin>(
     stream: &mut W,
     bytes: &[u8],
 ) -> std::io::Result<()> {
-    watch.deadline.set(Some(Instant::now() + limit));
+    watch.arm(limit);
     // The flush matters over TLS: a write may leave ciphertext queued.
     let result = match stream.write_all(bytes).await {
         Ok(()) => stream.flush().await,
         Err(e) => Err(e),
     };
-    watch.deadline.set(None);
+    watch.disarm();
     result
 }
 
 /// Closes the stream with a deadline: over TLS the close sends what is
 /// still queued, and a peer that stops reading must not hold it forever.
 async fn close_before<W: AsyncWrite + Unpin>(watch: &Watch, limit: Duration, stream: &mut W) {
-    watch.deadline.set(Some(Instant::now() + limit));
+    watch.arm(limit);
     let _ = stream.close().await;
-    watch.deadline.set(None);
+    watch.disarm();
 }
 
 #[cfg(test)]
@@ -349,6 +380,32 @@ mod tests {
     use engine::{ManualClock, Shard};
     use std::pin::Pin;
     use std::task::{Context, Poll};
+
+    /// A deadline counted in ticks never fires before its limit: armed just
+    /// before a tick, the first of its ticks may pass at once, and each
+    /// later one takes at least `REAPER_TICK`. Nor is it a tick later than
+    /// that needs.
+    #[test]
+    fn a_deadline_in_ticks_is_never_early_and_at_most_a_tick_over() {
+        let tick = REAPER_TICK;
+        for limit in [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            tick,
+            tick + Duration::from_nanos(1),
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            IDLE_TIMEOUT,
+            REQUEST_TIMEOUT,
+            LINGER_TIME,
+        ] {
+            let n = ticks_for(limit);
+            let guaranteed = tick * u32::try_from(n - 1).unwrap();
+            assert!(guaranteed >= limit, "{limit:?}: {n} ticks");
+            assert!(guaranteed < limit + tick, "{limit:?}: {n} ticks is one too many");
+        }
+        assert_eq!(ticks_for(Duration::MAX), u64::MAX);
+    }
 
     /// A peer that closes at once, and checks when its socket is released
     /// (dropped: that is when glommio closes the fd; `close` only shuts
