@@ -24,10 +24,11 @@ use std::time::Duration;
 ///
 /// Time here is counted in the reaper's ticks, not read from the clock: a
 /// request set and cleared three or four deadlines, each a clock read of
-/// about 30 ns (docs/benchmarks.md, "Clock reads nobody reads"). A tick
-/// lasts at least `REAPER_TICK` (the reaper sleeps that long between
-/// counts), so a deadline `ticks_for(limit)` ticks ahead never fires before
-/// `limit` has passed; it fires at most about two ticks late.
+/// about 30 ns (docs/benchmarks.md, "Clock reads nobody reads, and Get
+/// Messages' text"). A tick lasts at least `REAPER_TICK` (the reaper sleeps
+/// that long between counts), so a deadline `ticks_for(limit)` ticks ahead
+/// never fires before `limit` has passed; it fires at most about two ticks
+/// late.
 /// Owned by one core; not `Send`.
 #[derive(Default)]
 pub struct Reaper {
@@ -62,7 +63,8 @@ pub struct Watch {
 impl Watch {
     /// Gives the peer `limit` from now.
     fn arm(&self, limit: Duration) {
-        self.deadline.set(Some(self.tick.get().saturating_add(ticks_for(limit))));
+        self.deadline
+            .set(Some(self.tick.get().saturating_add(ticks_for(limit))));
     }
 
     fn disarm(&self) {
@@ -389,7 +391,6 @@ mod tests {
     fn a_deadline_in_ticks_is_never_early_and_at_most_a_tick_over() {
         let tick = REAPER_TICK;
         for limit in [
-            Duration::ZERO,
             Duration::from_millis(1),
             tick,
             tick + Duration::from_nanos(1),
@@ -398,9 +399,10 @@ mod tests {
             IDLE_TIMEOUT,
             REQUEST_TIMEOUT,
             LINGER_TIME,
+            Duration::ZERO,
         ] {
             let n = ticks_for(limit);
-            let guaranteed = tick * u32::try_from(n - 1).unwrap();
+            let guaranteed = tick * u32::try_from(n.checked_sub(1).expect("at least one tick ahead")).unwrap();
             assert!(guaranteed >= limit, "{limit:?}: {n} ticks");
             assert!(guaranteed < limit + tick, "{limit:?}: {n} ticks is one too many");
         }
