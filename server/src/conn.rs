@@ -14,7 +14,7 @@ use std::os::unix::io::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Deadlines for connections waiting on their peer, enforced by one task per
 /// core. Per-request timers would cost an io_uring timeout submission and a
@@ -22,14 +22,15 @@ use std::time::Duration;
 /// must give up, and the reaper shuts the socket down once that passes (or at
 /// shutdown), which wakes the blocked read with end-of-file.
 ///
-/// Time here is counted in the reaper's ticks, not read from the clock: a
-/// request set and cleared three or four deadlines, each a clock read of
-/// about 30 ns (docs/benchmarks.md, "Clock reads nobody reads, and Get
-/// Messages' text"). A tick lasts at least `REAPER_TICK` (the reaper sleeps
-/// that long between counts), so a deadline `ticks_for(limit)` ticks ahead
-/// never fires before `limit` has passed; it fires at most about two ticks
-/// late.
-/// Owned by one core; not `Send`.
+/// A connection sets its deadlines without reading the clock: a request
+/// set and cleared three or four, each a clock read of about 30 ns
+/// (docs/benchmarks.md, "Clock reads nobody reads, and Get Messages'
+/// text"). It records the reaper's tick count and the limit; the reaper,
+/// which reads the clock once per tick, fixes the deadline's time at its
+/// first look after that tick (see [`due`]). So a deadline never fires
+/// before its limit, and at most about two ticks (and their own delays)
+/// after it, however long the deadline: a stalled core does not stretch
+/// it by more than the stall. Owned by one core; not `Send`.
 #[derive(Default)]
 pub struct Reaper {
     next: Cell<u64>,
@@ -38,12 +39,38 @@ pub struct Reaper {
     conns: RefCell<HashMap<u64, Rc<Watch>>>,
 }
 
-/// The ticks a deadline `limit` from now is set ahead: whole ticks covering
-/// `limit`, plus one for the part of the current tick already gone.
-fn ticks_for(limit: Duration) -> u64 {
-    let tick = REAPER_TICK.as_nanos().max(1);
-    let whole = limit.as_nanos().div_ceil(tick);
-    u64::try_from(whole).unwrap_or(u64::MAX).saturating_add(1)
+/// A deadline as a connection sets it, and as the reaper fixes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deadline {
+    /// Set while the reaper's count was `tick`, for `limit` from then.
+    Armed { tick: u64, limit: Duration },
+    /// Due at this time.
+    At(Instant),
+    /// Beyond what an `Instant` can hold: never due.
+    Never,
+}
+
+/// Whether the deadline in `cell` has passed at `now`, the reaper's clock
+/// read for tick `tick`. A deadline armed at an earlier tick is fixed here,
+/// at its first look: the arming saw the earlier count, and this tick's
+/// count and clock read come after it, so `now + limit` is never early,
+/// and at most one tick (and that tick's delay) late. One armed during
+/// this tick waits for the next.
+fn due(cell: &Cell<Option<Deadline>>, tick: u64, now: Instant) -> bool {
+    let at = match cell.get() {
+        None | Some(Deadline::Never) => return false,
+        Some(Deadline::At(at)) => at,
+        Some(Deadline::Armed { tick: armed, .. }) if armed >= tick => return false,
+        Some(Deadline::Armed { limit, .. }) => {
+            let fixed = now.checked_add(limit).map_or(Deadline::Never, Deadline::At);
+            cell.set(Some(fixed));
+            match fixed {
+                Deadline::At(at) => at,
+                _ => return false,
+            }
+        }
+    };
+    at <= now
 }
 
 /// One connection's entry: its socket and, while it waits, its deadline.
@@ -51,20 +78,27 @@ pub struct Watch {
     fd: RawFd,
     /// The reaper's tick count (see [`Reaper`]).
     tick: Rc<Cell<u64>>,
-    /// The tick at which the reaper gives up on the peer.
-    deadline: Cell<Option<u64>>,
-    /// While a request that may wait long (a long poll) is handled: the tick
-    /// from which the reaper checks whether the peer has gone.
-    check_peer_from: Cell<Option<u64>>,
+    /// When the reaper gives up on the peer.
+    deadline: Cell<Option<Deadline>>,
+    /// While a request that may wait long (a long poll) is handled: from
+    /// when the reaper checks whether the peer has gone.
+    check_peer_from: Cell<Option<Deadline>>,
     /// Raised when the peer closed while its request was handled.
     hangup: RefCell<Option<Rc<Hangup>>>,
 }
 
 impl Watch {
+    /// `limit` from now, as the reaper will read it.
+    fn deadline_in(&self, limit: Duration) -> Option<Deadline> {
+        Some(Deadline::Armed {
+            tick: self.tick.get(),
+            limit,
+        })
+    }
+
     /// Gives the peer `limit` from now.
     fn arm(&self, limit: Duration) {
-        self.deadline
-            .set(Some(self.tick.get().saturating_add(ticks_for(limit))));
+        self.deadline.set(self.deadline_in(limit));
     }
 
     fn disarm(&self) {
@@ -110,17 +144,18 @@ impl Reaper {
     pub async fn run(self: Rc<Self>, stop: Arc<AtomicBool>) {
         loop {
             let stopping = stop.load(Ordering::Relaxed);
-            let now = self.tick.get();
+            // Read after the count moved (no await since): see `due`.
+            let (tick, now) = (self.tick.get(), Instant::now());
             for w in self.conns.borrow().values() {
-                if w.deadline.get().is_some_and(|d| stopping || d <= now) {
+                let expired = w.deadline.get().is_some() && (stopping || due(&w.deadline, tick, now));
+                if expired {
                     // SAFETY: shutdown on a socket the connection still owns;
                     // the blocked read then returns end-of-file.
                     unsafe {
                         libc::shutdown(w.fd, libc::SHUT_RDWR);
                     }
                 }
-                let long = w.check_peer_from.get().is_some_and(|t| t <= now);
-                if long {
+                if due(&w.check_peer_from, tick, now) {
                     if let Some(h) = w.hangup.borrow().as_ref().filter(|h| !h.raised()) {
                         if w.peer_closed() {
                             h.raise();
@@ -331,9 +366,7 @@ async fn handle_watching_peer<D: engine::disk::Disk>(
     let hangup = Rc::new(Hangup::default());
     req.hangup = Some(hangup.clone());
     *watch.hangup.borrow_mut() = Some(hangup);
-    watch
-        .check_peer_from
-        .set(Some(watch.tick.get().saturating_add(ticks_for(LONG_REQUEST))));
+    watch.check_peer_from.set(watch.deadline_in(LONG_REQUEST));
     let resp = handle(ctx, &req, peer).await;
     watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
@@ -383,30 +416,39 @@ mod tests {
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
-    /// A deadline counted in ticks never fires before its limit: armed just
-    /// before a tick, the first of its ticks may pass at once, and each
-    /// later one takes at least `REAPER_TICK`. Nor is it a tick later than
-    /// that needs.
+    /// A deadline armed at a tick is left alone during that tick (the
+    /// reaper's clock read could predate the arming), fixed at the first
+    /// look after it as that look's time plus the limit, and due from then
+    /// on; a zero limit is due at that first look, and a limit past what an
+    /// `Instant` holds never is.
     #[test]
-    fn a_deadline_in_ticks_is_never_early_and_at_most_a_tick_over() {
-        let tick = REAPER_TICK;
-        for limit in [
-            Duration::from_millis(1),
-            tick,
-            tick + Duration::from_nanos(1),
-            Duration::from_secs(1),
-            Duration::from_secs(2),
-            IDLE_TIMEOUT,
-            REQUEST_TIMEOUT,
-            LINGER_TIME,
-            Duration::ZERO,
-        ] {
-            let n = ticks_for(limit);
-            let guaranteed = tick * u32::try_from(n.checked_sub(1).expect("at least one tick ahead")).unwrap();
-            assert!(guaranteed >= limit, "{limit:?}: {n} ticks");
-            assert!(guaranteed < limit + tick, "{limit:?}: {n} ticks is one too many");
-        }
-        assert_eq!(ticks_for(Duration::MAX), u64::MAX);
+    fn a_deadline_is_fixed_at_the_first_tick_after_its_arming() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(2);
+        let armed = Some(Deadline::Armed { tick: 3, limit });
+        let cell = Cell::new(armed);
+        assert!(!due(&cell, 3, t0 + Duration::from_secs(60)));
+        assert_eq!(cell.get(), armed, "not fixed during its own tick");
+        assert!(!due(&cell, 4, t0));
+        assert_eq!(cell.get(), Some(Deadline::At(t0 + limit)));
+        assert!(!due(&cell, 5, t0 + limit - Duration::from_nanos(1)));
+        assert!(due(&cell, 6, t0 + limit));
+
+        let zero = Cell::new(Some(Deadline::Armed {
+            tick: 3,
+            limit: Duration::ZERO,
+        }));
+        assert!(!due(&zero, 3, t0));
+        assert!(due(&zero, 4, t0));
+
+        let far = Cell::new(Some(Deadline::Armed {
+            tick: 0,
+            limit: Duration::MAX,
+        }));
+        assert!(!due(&far, 1, t0));
+        assert_eq!(far.get(), Some(Deadline::Never));
+        assert!(!due(&far, 2, t0 + Duration::from_secs(1 << 40)));
+        assert!(!due(&Cell::new(None), 9, t0));
     }
 
     /// A peer that closes at once, and checks when its socket is released

@@ -61,9 +61,9 @@ impl Default for ConnLimits {
         }
     }
 }
-/// How often each core checks connection deadlines. Deadlines are counted
-/// in these ticks (`conn::Reaper`), so a timeout never fires early and fires
-/// up to about two ticks late.
+/// How often each core checks connection deadlines. A deadline is fixed at
+/// the first check after it is set (`conn::Reaper`), so a timeout never
+/// fires early and fires up to about two ticks late.
 pub const REAPER_TICK: Duration = Duration::from_millis(250);
 /// A GET handled for longer than this (a long poll) has its peer checked at
 /// every reaper tick: if the peer closed, the request is dropped, so a
