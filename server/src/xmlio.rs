@@ -162,11 +162,7 @@ pub fn write_put(p: &engine::shard::PutReceipt) -> String {
 /// stored entry of Put Message Batch's.
 pub fn write_put_fields(s: &mut String, p: &engine::shard::PutReceipt) {
     push_stored_fields(s, &p.id, p.inserted_ms, p.expires_ms);
-    s.push_str("<PopReceipt>");
-    s.push_str(&p.pop_receipt);
-    s.push_str("</PopReceipt><TimeNextVisible>");
-    push_rfc1123(s, p.visible_ms);
-    s.push_str("</TimeNextVisible>");
+    push_receipt_fields(s, &p.pop_receipt, p.visible_ms);
 }
 
 /// A `QueueMessagesList`, each message written by `item`; the empty list is
@@ -197,11 +193,7 @@ pub fn write_received(msgs: &[engine::shard::ReceivedMessage]) -> String {
         |s, m| {
             s.push_str("<QueueMessage>");
             push_stored_fields(s, &m.id, m.inserted_ms, m.expires_ms);
-            s.push_str("<PopReceipt>");
-            s.push_str(&m.pop_receipt);
-            s.push_str("</PopReceipt><TimeNextVisible>");
-            push_rfc1123(s, m.visible_ms);
-            s.push_str("</TimeNextVisible>");
+            push_receipt_fields(s, &m.pop_receipt, m.visible_ms);
             push_count_and_text(s, m.dequeue_count, &m.text);
         },
     )
@@ -229,6 +221,15 @@ fn push_stored_fields(s: &mut String, id: &uuid::Uuid, inserted_ms: u64, expires
     s.push_str("</InsertionTime><ExpirationTime>");
     push_rfc1123(s, expires_ms);
     s.push_str("</ExpirationTime>");
+}
+
+/// A received or stored message's pop receipt and next-visible time.
+fn push_receipt_fields(s: &mut String, pop_receipt: &str, visible_ms: u64) {
+    s.push_str("<PopReceipt>");
+    s.push_str(pop_receipt);
+    s.push_str("</PopReceipt><TimeNextVisible>");
+    push_rfc1123(s, visible_ms);
+    s.push_str("</TimeNextVisible>");
 }
 
 /// A listed message's dequeue count and text, and the element's end.
