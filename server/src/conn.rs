@@ -60,7 +60,7 @@ fn due(cell: &Cell<Option<Deadline>>, tick: u64, now: Instant) -> bool {
     let at = match cell.get() {
         None | Some(Deadline::Never) => return false,
         Some(Deadline::At(at)) => at,
-        Some(Deadline::Armed { tick: armed, .. }) if armed >= tick => return false,
+        Some(Deadline::Armed { tick: armed, .. }) if armed == tick => return false,
         Some(Deadline::Armed { limit, .. }) => {
             let fixed = now.checked_add(limit).map_or(Deadline::Never, Deadline::At);
             cell.set(Some(fixed));
@@ -142,10 +142,10 @@ impl Reaper {
 
     /// Runs until `stop`, then wakes every waiting connection so it closes.
     pub async fn run(self: Rc<Self>, stop: Arc<AtomicBool>) {
+        let mut now = Instant::now();
         loop {
             let stopping = stop.load(Ordering::Relaxed);
-            // Read after the count moved (no await since): see `due`.
-            let (tick, now) = (self.tick.get(), Instant::now());
+            let tick = self.tick.get();
             for w in self.conns.borrow().values() {
                 let expired = w.deadline.get().is_some() && (stopping || due(&w.deadline, tick, now));
                 if expired {
@@ -167,7 +167,11 @@ impl Reaper {
                 return;
             }
             glommio::timer::sleep(REAPER_TICK).await;
-            self.tick.set(self.tick.get().saturating_add(1));
+            // The count moves, then the clock is read, with no await
+            // between: every arming that saw the old count came before this
+            // read, which `due` relies on to never fix a deadline early.
+            self.tick.set(tick.wrapping_add(1));
+            now = Instant::now();
         }
     }
 }

@@ -95,7 +95,7 @@ def test_a_waiter_whose_connection_closes_takes_no_message(server, queue, raw):
     s.sendall(head.encode())
     time.sleep(0.3)
     s.close()
-    time.sleep(1.8)  # past the server's long-request check and a reaper tick
+    time.sleep(1.8)  # past the server's long-request check (1 s, timed from its first reaper tick) and the next tick
     queue.send_message("for the living")
     got = queue.receive_message()
     assert got is not None and got.content == "for the living"
