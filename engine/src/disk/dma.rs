@@ -45,7 +45,16 @@ pub struct DmaDisk {
     dir: Rc<PathBuf>,
     sync_path: SyncPath,
     prealloc: Preallocation,
+    /// The last one-job commit's buffer, shared by this disk's files.
+    spare: SpareBuf,
 }
+
+/// One commit buffer kept for the next one-job commit. A fresh buffer per
+/// commit was freed on the blocking pool's thread, and the allocator did not
+/// hand that memory back to the shard's thread: it took new pages, and the
+/// kernel's zeroing of them was 2.5% of a put's time at 256 connections
+/// (docs/benchmarks.md, "Commit buffers kept"). Owned by the shard's core.
+type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
 
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
     e.into()
@@ -78,6 +87,7 @@ impl DmaDisk {
             dir: Rc::new(dir),
             sync_path,
             prealloc: Preallocation::default(),
+            spare: SpareBuf::default(),
         })
     }
 
@@ -122,6 +132,7 @@ impl DmaDisk {
             sync_path: self.sync_path,
             prealloc: self.prealloc,
             alignment,
+            spare: self.spare.clone(),
         })
     }
 
@@ -224,6 +235,7 @@ pub struct DmaDiskFile {
     sync_path: SyncPath,
     prealloc: Preallocation,
     alignment: u64,
+    spare: SpareBuf,
 }
 
 impl DiskFile for DmaDiskFile {
@@ -272,11 +284,18 @@ impl DiskFile for DmaDiskFile {
         }
         let align = usize::try_from(self.alignment)
             .map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let buf = AlignedBuf::copy_of(data, align).map_err(CommitIoError::Write)?;
+        let buf = AlignedBuf::refill(self.spare.take(), data, align).map_err(CommitIoError::Write)?;
         let fd = self.pool_fd.clone();
-        glommio::executor()
-            .spawn_blocking(move || pwrite_then_fdatasync(&fd, &buf, pos))
-            .await
+        // The job hands the buffer back. If this future is dropped first, the
+        // job still owns it and frees it on the pool's thread.
+        let (buf, done) = glommio::executor()
+            .spawn_blocking(move || {
+                let done = pwrite_then_fdatasync(&fd, &buf, pos);
+                (buf, done)
+            })
+            .await;
+        self.spare.set(Some(buf));
+        done
     }
 
     async fn size(&self) -> io::Result<u64> {
@@ -346,6 +365,7 @@ fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<Wri
 /// thread (glommio's DMA buffers may not). Also the start-up check's block.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
+    /// Bytes in use, at most `layout.size()`.
     len: usize,
     layout: std::alloc::Layout,
 }
@@ -356,22 +376,53 @@ unsafe impl Send for AlignedBuf {}
 impl AlignedBuf {
     /// A copy of `data` at an address aligned to `align` (at least 512).
     pub fn copy_of(data: &[u8], align: usize) -> io::Result<Self> {
+        let mut buf = AlignedBuf::with_room(data.len(), align)?;
+        buf.fill(data);
+        Ok(buf)
+    }
+
+    /// A copy of `data` in `spare` when it is large enough and aligned as
+    /// asked, else in a new buffer with room to spare: a power of two of at
+    /// least 64 KiB, so that the next commits, whose sizes vary, fit too.
+    pub fn refill(spare: Option<AlignedBuf>, data: &[u8], align: usize) -> io::Result<Self> {
+        const SMALLEST: usize = 64 * 1024;
+        let fits = |b: &AlignedBuf| b.layout.size() >= data.len() && b.layout.align() == align.max(512);
+        let mut buf = match spare.filter(fits) {
+            Some(b) => b,
+            None => {
+                let room = data.len().checked_next_power_of_two().unwrap_or(data.len());
+                AlignedBuf::with_room(room.max(SMALLEST), align)?
+            }
+        };
+        buf.fill(data);
+        Ok(buf)
+    }
+
+    /// An empty buffer of `room` bytes (at least one) aligned to `align`
+    /// (at least 512).
+    fn with_room(room: usize, align: usize) -> io::Result<Self> {
         let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
-        let layout = std::alloc::Layout::from_size_align(data.len().max(1), align.max(512)).map_err(|_| invalid())?;
+        let layout = std::alloc::Layout::from_size_align(room.max(1), align.max(512)).map_err(|_| invalid())?;
         // SAFETY: the layout has a non-zero size.
         let ptr = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) })
             .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
-        // SAFETY: `ptr` holds `layout.size() >= data.len()` bytes and does not overlap `data`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
-        Ok(AlignedBuf {
-            ptr,
-            len: data.len(),
-            layout,
-        })
+        Ok(AlignedBuf { ptr, len: 0, layout })
+    }
+
+    /// Replaces the contents with `data`, which must fit.
+    fn fill(&mut self, data: &[u8]) {
+        assert!(
+            data.len() <= self.layout.size(),
+            "an aligned buffer is filled only within its room"
+        );
+        // SAFETY: `ptr` holds `layout.size() >= data.len()` bytes, owned by
+        // `self` alone, so they do not overlap `data`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr(), data.len()) };
+        self.len = data.len();
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` holds `len` initialized bytes (copied in `copy_of`)
+        // SAFETY: `ptr` holds `len` initialized bytes (copied in `fill`)
         // for as long as `self` lives.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -379,7 +430,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `copy_of` with this layout.
+        // SAFETY: allocated in `with_room` with this layout.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
@@ -455,5 +506,34 @@ mod faults {
     #[inline(always)]
     pub fn before_dup() -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::AlignedBuf;
+
+    #[test]
+    fn a_spare_buffer_is_reused_only_when_it_fits() {
+        let first = AlignedBuf::refill(None, &[1u8; 8192], 4096).unwrap();
+        assert_eq!(first.as_slice(), &[1u8; 8192][..]);
+        assert_eq!(first.layout.size(), 64 * 1024, "room to spare for the next commits");
+        assert_eq!(first.ptr.as_ptr() as usize % 4096, 0);
+        let at = first.ptr;
+
+        // Smaller contents in the same memory: the old bytes beyond are not shown.
+        let second = AlignedBuf::refill(Some(first), &[2u8; 4096], 4096).unwrap();
+        assert_eq!(second.ptr, at, "a spare that fits is reused");
+        assert_eq!(second.as_slice(), &[2u8; 4096][..]);
+
+        // Larger than the room, or another alignment: a new buffer.
+        let big = vec![3u8; 65 * 1024];
+        let third = AlignedBuf::refill(Some(second), &big, 4096).unwrap();
+        assert_eq!(third.layout.size(), 128 * 1024);
+        assert_eq!(third.as_slice(), &big[..]);
+        let fourth = AlignedBuf::refill(Some(third), &[4u8; 512], 512).unwrap();
+        assert_eq!(fourth.layout.align(), 512);
+        assert_eq!(fourth.as_slice(), &[4u8; 512][..]);
     }
 }
