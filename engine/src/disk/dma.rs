@@ -50,9 +50,10 @@ pub struct DmaDisk {
 }
 
 /// One commit buffer kept for the next one-job commit. A fresh buffer per
-/// commit was freed on the blocking pool's thread, and the allocator did not
-/// hand that memory back to the shard's thread: it took new pages, and the
-/// kernel's zeroing of them was 2.5% of a put's time at 256 connections
+/// commit (hundreds of KiB at 256 connections) went back to the allocator's
+/// arena when the pool's thread freed it, the arena returned its pages to
+/// the kernel (madvise), and the next commit's buffer faulted them in and
+/// zeroed them again: about 800 page faults a second, 2.5% of a put's time
 /// (docs/benchmarks.md, "Commit buffers kept"). Owned by the shard's core.
 type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
 
