@@ -532,8 +532,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         // The head.
         let (req, head_len) = loop {
             // Left uninitialized for httparse to fill: writing a hundred
-            // empty headers first, into the connection's future, was about
-            // 1.3% of a put's time at 256 connections (docs/benchmarks.md).
+            // empty headers first, into the connection's future, was half
+            // of `read_request`'s samples at 256 connections
+            // (docs/benchmarks.md, "Commit buffers kept").
             let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
             let mut parsed = httparse::Request::new(&mut []);
             match parsed.parse_with_uninit_headers(self.pending(), &mut headers) {

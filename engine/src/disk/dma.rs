@@ -53,7 +53,7 @@ pub struct DmaDisk {
 /// commit (hundreds of KiB at 256 connections) went back to the allocator's
 /// arena when the pool's thread freed it, the arena returned its pages to
 /// the kernel (madvise), and the next commit's buffer faulted them in and
-/// zeroed them again: about 800 page faults a second, 2.5% of a put's time
+/// zeroed them again: about 800 page faults a second at 256 connections
 /// (docs/benchmarks.md, "Commit buffers kept"). Owned by the shard's core.
 type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
 
@@ -287,8 +287,10 @@ impl DiskFile for DmaDiskFile {
             .map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
         let buf = AlignedBuf::refill(self.spare.take(), data, align).map_err(CommitIoError::Write)?;
         let fd = self.pool_fd.clone();
-        // The job hands the buffer back. If this future is dropped first, the
-        // job still owns it and frees it on the pool's thread.
+        // The job hands the buffer back. If this future is dropped first,
+        // glommio keeps the job's result without dropping it, so the buffer
+        // leaks; a commit dropped half-way poisons the log (wal/mod.rs), so
+        // that happens at most once per shard.
         let (buf, done) = glommio::executor()
             .spawn_blocking(move || {
                 let done = pwrite_then_fdatasync(&fd, &buf, pos);
@@ -384,15 +386,18 @@ impl AlignedBuf {
 
     /// A copy of `data` in `spare` when it is large enough and aligned as
     /// asked, else in a new buffer with room to spare: a power of two of at
-    /// least 64 KiB, so that the next commits, whose sizes vary, fit too.
+    /// least 64 KiB, so that the next commits, whose sizes vary, fit too,
+    /// but no more than a full batch needs (`MAX_COMMIT_BYTES` and one
+    /// large record), so a kept buffer is about 5 MiB at most.
     pub fn refill(spare: Option<AlignedBuf>, data: &[u8], align: usize) -> io::Result<Self> {
         const SMALLEST: usize = 64 * 1024;
+        const LARGEST: usize = crate::limits::MAX_COMMIT_BYTES + 1024 * 1024;
         let fits = |b: &AlignedBuf| b.layout.size() >= data.len() && b.layout.align() == align.max(512);
         let mut buf = match spare.filter(fits) {
             Some(b) => b,
             None => {
                 let room = data.len().checked_next_power_of_two().unwrap_or(data.len());
-                AlignedBuf::with_room(room.max(SMALLEST), align)?
+                AlignedBuf::with_room(room.clamp(SMALLEST, LARGEST.max(data.len())), align)?
             }
         };
         buf.fill(data);
@@ -536,5 +541,11 @@ mod tests {
         let fourth = AlignedBuf::refill(Some(third), &[4u8; 512], 512).unwrap();
         assert_eq!(fourth.layout.align(), 512);
         assert_eq!(fourth.as_slice(), &[4u8; 512][..]);
+
+        // A full batch is not rounded up to the next power of two (8 MiB).
+        let full = vec![5u8; crate::limits::MAX_COMMIT_BYTES + 4096];
+        let fifth = AlignedBuf::refill(Some(fourth), &full, 4096).unwrap();
+        assert_eq!(fifth.layout.size(), crate::limits::MAX_COMMIT_BYTES + 1024 * 1024);
+        assert_eq!(fifth.as_slice(), &full[..]);
     }
 }
