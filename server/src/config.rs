@@ -104,6 +104,13 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_PREALLOCATE", value_enum, default_value_t = PreallocFlag::Fallocate)]
     pub preallocate: PreallocFlag,
 
+    /// Let the kernel back the heap with transparent huge pages. Off by
+    /// default: in a VM that hands free memory back to its host, each new
+    /// 2 MiB page stalled a core for about 5 ms while the host backed it,
+    /// and that set the open-loop put's p99 (docs/decisions/0006-no-huge-pages.md).
+    #[arg(long, env = "HEMATITE_HUGE_PAGES", value_parser = clap::builder::BoolishValueParser::new())]
+    pub huge_pages: bool,
+
     /// io_uring registered buffer memory per shard, in KiB. Counts against
     /// `ulimit -l` (memlock).
     #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = DEFAULT_IO_MEMORY_KIB)]

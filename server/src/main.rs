@@ -38,6 +38,7 @@ fn main() {
         LogFormat::Json => logs.json().init(),
     }
     server::runtime::keep_log_flush(flush_on_exit);
+    server::startup::set_huge_pages(cfg.huge_pages);
     let result = server::runtime::run(cfg);
     server::runtime::flush_logs();
     if let Err(e) = result {

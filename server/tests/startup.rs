@@ -43,6 +43,7 @@ fn help_documents_every_flag() {
         "--azurite-receipt-errors",
         "--in-memory",
         "--max-message-kib",
+        "--huge-pages",
         "HEMATITE_ADDR",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}");
@@ -137,4 +138,28 @@ fn shard_count_is_fixed_and_the_directory_is_locked() {
     fails_with(&out, "--shards 1");
     // and the right count starts again
     stop(start(dir.path(), port, "1"));
+}
+
+/// The kernel's view of the process: `THP_enabled` in /proc/PID/status is 0
+/// once PR_SET_THP_DISABLE is set (docs/decisions/0006-no-huge-pages.md).
+fn thp_enabled(child: &std::process::Child) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+        .expect("the kernel reports THP_enabled")
+}
+
+#[test]
+fn huge_pages_are_off_unless_asked_for() {
+    for (extra, want) in [(&[][..], "0"), (&["--huge-pages"][..], "1")] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = proc::free_port();
+        let mut args = vec!["--shards", "1", "--io-memory-kib", "512"];
+        args.extend_from_slice(extra);
+        let child = proc::spawn_ready(proc::command(bin().as_ref(), port, dir.path(), &args)).expect("hematite starts");
+        assert_eq!(thp_enabled(&child), want, "with {extra:?}");
+        stop(child);
+    }
 }
