@@ -194,7 +194,14 @@ fn check_query(query: &[(Cow<'_, str>, Cow<'_, str>)], plain: u64) -> Result<(),
             ));
         }
         let print = fingerprint(name);
-        let earlier = seen.get(..i).unwrap_or_default();
+        // Never past the bound; if it were, refuse rather than skip the check.
+        let Some(earlier) = seen.get(..i) else {
+            return Err(ApiError::invalid_query(
+                "",
+                "",
+                "The request has too many query parameters.",
+            ));
+        };
         if earlier.iter().zip(query).any(|(&p, (n, _))| p == print && n == name) {
             return Err(ApiError::invalid_query(
                 name,

@@ -13,6 +13,9 @@ const LOG_LINES_QUEUED: usize = 64 * 1024;
 
 fn main() {
     let cfg = server::config::Config::parse();
+    // First, before the log queue and the threads allocate: pages backed
+    // before the switch is set stay huge (docs/decisions/0006-no-huge-pages.md).
+    let huge_pages = server::startup::set_huge_pages(cfg.huge_pages);
     // Before the log writer's thread starts (runtime::block_stop_signals).
     server::runtime::block_stop_signals();
     // HEMATITE_LOG sets the filter (warnings by default); --request-log
@@ -38,7 +41,9 @@ fn main() {
         LogFormat::Json => logs.json().init(),
     }
     server::runtime::keep_log_flush(flush_on_exit);
-    server::startup::set_huge_pages(cfg.huge_pages);
+    if let Err(e) = huge_pages {
+        tracing::warn!("could not set the transparent huge pages switch: {e}");
+    }
     let result = server::runtime::run(cfg);
     server::runtime::flush_logs();
     if let Err(e) = result {

@@ -194,24 +194,26 @@ pub fn raise_open_file_limit() {
     }
 }
 
-/// Keeps the kernel from backing this process's memory with transparent
-/// huge pages, unless `allow`. The flag belongs to the whole process and is
-/// read at each page fault, so it covers memory mapped before this call.
-/// Why off: a 2 MiB page is zeroed in one fault, on the core that touched
-/// it, and on a guest whose free memory goes back to the host that fault
-/// took 4.5-6.5 ms (docs/decisions/0006-no-huge-pages.md). Failure is only
-/// logged: the server works either way.
-pub fn set_huge_pages(allow: bool) {
-    if allow {
-        return;
-    }
+/// Sets whether the kernel may back this process's memory with transparent
+/// huge pages: off unless `allow`, and with `allow` the process's own
+/// switch is cleared, so the system's policy applies (a parent that turned
+/// them off for itself does not decide for us). The switch belongs to the
+/// whole process and the kernel reads it at each page fault, so it covers
+/// memory mapped before this call; pages already backed stay as they are,
+/// which is why `main` calls this first. Why off: a 2 MiB page is zeroed in
+/// one fault, on the core that touched it, and on a guest whose free memory
+/// goes back to the host that fault took 4.5-6.5 ms
+/// (docs/decisions/0006-no-huge-pages.md). An error is for the caller to
+/// log: the server works either way.
+pub fn set_huge_pages(allow: bool) -> std::io::Result<()> {
+    let disable: libc::c_ulong = if allow { 0 } else { 1 };
+    let zero: libc::c_ulong = 0;
     // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
-    if rc != 0 {
-        tracing::warn!(
-            "could not turn transparent huge pages off: {}",
-            std::io::Error::last_os_error()
-        );
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, disable, zero, zero, zero) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -153,13 +153,28 @@ fn thp_enabled(child: &std::process::Child) -> String {
 
 #[test]
 fn huge_pages_are_off_unless_asked_for() {
-    for (extra, want) in [(&[][..], "0"), (&["--huge-pages"][..], "1")] {
+    // The third case starts with the switch already off (mimalloc sets it
+    // before `main` when told to): `--huge-pages` must clear it.
+    type Case<'a> = (&'a [&'a str], Option<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 3] = [
+        (&[], None, "0"),
+        (&["--huge-pages"], None, "1"),
+        (&["--huge-pages"], Some(("MIMALLOC_ALLOW_THP", "0")), "1"),
+    ];
+    for (extra, env, want) in cases {
         let dir = tempfile::tempdir().unwrap();
         let port = proc::free_port();
         let mut args = vec!["--shards", "1", "--io-memory-kib", "512"];
         args.extend_from_slice(extra);
-        let child = proc::spawn_ready(proc::command(bin().as_ref(), port, dir.path(), &args)).expect("hematite starts");
-        assert_eq!(thp_enabled(&child), want, "with {extra:?}");
+        let mut cmd = proc::command(bin().as_ref(), port, dir.path(), &args);
+        // Neither the flag's variable nor mimalloc's own switch may decide for the test.
+        cmd.env_remove("HEMATITE_HUGE_PAGES").env_remove("MIMALLOC_ALLOW_THP");
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let child = proc::spawn_ready(cmd).expect("hematite starts");
+        let got = thp_enabled(&child);
         stop(child);
+        assert_eq!(got, want, "with {extra:?} and {env:?}");
     }
 }
