@@ -196,11 +196,7 @@ fn check_query(query: &[(Cow<'_, str>, Cow<'_, str>)], plain: u64) -> Result<(),
         let print = fingerprint(name);
         // Never past the bound; if it were, refuse rather than skip the check.
         let Some(earlier) = seen.get(..i) else {
-            return Err(ApiError::invalid_query(
-                "",
-                "",
-                "The request has too many query parameters.",
-            ));
+            return Err(too_many_parameters());
         };
         if earlier.iter().zip(query).any(|(&p, (n, _))| p == print && n == name) {
             return Err(ApiError::invalid_query(
@@ -214,6 +210,12 @@ fn check_query(query: &[(Cow<'_, str>, Cow<'_, str>)], plain: u64) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// More than `MAX_QUERY_PARAMETERS` parameters: refused by `parse_query`,
+/// and by `check_query` should it ever see more.
+fn too_many_parameters() -> ApiError {
+    ApiError::invalid_query("", "", "The request has too many query parameters.")
 }
 
 /// A name's length and first seven bytes in one word. Equal names have
@@ -364,11 +366,7 @@ fn parse_query(raw: &str) -> Result<(Vec<(Cow<'_, str>, Cow<'_, str>)>, u64), Ap
         }
         if end > start {
             if query.len() >= crate::limits::MAX_QUERY_PARAMETERS {
-                return Err(ApiError::invalid_query(
-                    "",
-                    "",
-                    "The request has too many query parameters.",
-                ));
+                return Err(too_many_parameters());
             }
             // `&` and `=` are ASCII, so every cut is on a character boundary.
             let (n, v) = match eq {

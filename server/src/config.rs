@@ -105,9 +105,10 @@ pub struct Config {
     pub preallocate: PreallocFlag,
 
     /// Let the kernel's policy decide whether the heap gets transparent huge
-    /// pages (the process's own switch is cleared). Off by default: in a VM that hands free memory back to its host, each new
-    /// 2 MiB page stalled a core for about 5 ms while the host backed it,
-    /// and that set the open-loop put's p99 (docs/decisions/0006-no-huge-pages.md).
+    /// pages (the process's own switch is cleared). Off by default: in a VM
+    /// that hands free memory back to its host, each new 2 MiB page stalled
+    /// a core for about 5 ms while the host backed it, and that set the
+    /// open-loop put's p99 (docs/decisions/0006-no-huge-pages.md).
     #[arg(long, env = "HEMATITE_HUGE_PAGES", value_parser = clap::builder::BoolishValueParser::new())]
     pub huge_pages: bool,
 
