@@ -84,6 +84,16 @@ const _: () = assert!(max_append_body(MAX_MESSAGE_BYTES_CEILING) <= MAX_RECORD_B
 /// machine's ext4) runs beside the commits. Each spare holds one segment's
 /// disk space.
 pub const MAX_SPARE_SEGMENTS: usize = 2;
+/// A dead segment with no room among the spares is freed this much at a
+/// time (a shrink of the file), then deleted. Deleting a 64 MiB segment at
+/// once took 14-20 ms on this machine's ext4 mounted with `discard`, all of
+/// it on the blocking thread that commits wait for; 1 MiB steps took 0.3 ms
+/// on average and 1.6 ms at most (docs/benchmarks.md, "The open loop after
+/// a deleted queue").
+pub const DISCARD_STEP_BYTES: u64 = 1024 * 1024;
+/// Shrink steps per maintenance pass: 4 MiB every 50 ms frees 80 MB/s,
+/// faster than one shard's puts fill a log (about 55 MB/s of 1 KiB puts).
+pub const DISCARD_STEPS_PER_PASS: usize = 4;
 /// Queue ids and message sequence numbers come from one counter per shard,
 /// one per queue or message: 2^62 of them take 146,000 years at a million
 /// a second. A log whose counter would start at or beyond this (it names id

@@ -243,3 +243,70 @@ fn a_log_without_records_deletes_its_spares() {
     churn(&s, 3_000);
     assert!(segments(&disk).iter().any(|(_, r)| *r));
 }
+
+/// A deleted queue leaves more dead segments than there is room for spares.
+/// None is deleted whole: each is renamed out of the log, cut down a slice
+/// at a time across maintenance passes, and deleted empty, because deleting
+/// a whole segment at once held the blocking thread, and the commits behind
+/// it, 14-20 ms on a disk mounted with `discard` (docs/benchmarks.md, "The
+/// open loop after a deleted queue"). A crash midway loses nothing and the
+/// restart deletes what was left.
+#[test]
+fn dead_segments_beyond_the_spares_are_freed_a_slice_at_a_time() {
+    use engine::limits::{DISCARD_STEPS_PER_PASS, DISCARD_STEP_BYTES, MAX_SPARE_SEGMENTS};
+    let disk = SimDisk::new();
+    let clock = Rc::new(ManualClock::new(T0));
+    let mut cfg = small_config();
+    cfg.segment_bytes = 4 * DISCARD_STEP_BYTES;
+    let s = open(&disk, &clock, cfg);
+    let body = "d".repeat(48 * 1024);
+    block_on(async {
+        s.create_queue(ACCT, "keep", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "keep", "kept".into(), None, Some(-1))
+            .await
+            .unwrap();
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        // About seven segments' worth.
+        for _ in 0..600 {
+            s.put_message(ACCT, "gone", body.clone(), None, None).await.unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+    });
+    let named = |d: &SimDisk, suffix: &str| d.file_names().into_iter().filter(|n| n.ends_with(suffix)).count();
+    let mut passes = 0;
+    let mut crashed_midway = None;
+    loop {
+        let before = disk.total_bytes();
+        block_on(s.maintenance()).unwrap();
+        passes += 1;
+        let freed = before.saturating_sub(disk.total_bytes());
+        assert!(
+            freed <= DISCARD_STEPS_PER_PASS as u64 * DISCARD_STEP_BYTES,
+            "pass {passes} freed {freed} bytes at once"
+        );
+        if crashed_midway.is_none() && named(&disk, ".discard") > 0 && passes > 3 {
+            crashed_midway = Some(disk.crash(CrashMode::LoseUnsynced));
+        }
+        if named(&disk, ".discard") == 0 && passes > 3 {
+            break;
+        }
+        assert!(passes < 10_000, "discarded segments never went away");
+    }
+    assert_eq!(
+        disk.stats().largest_removed,
+        0,
+        "a file was deleted with blocks still in it"
+    );
+    assert!(named(&disk, ".spare") <= MAX_SPARE_SEGMENTS);
+    let crashed = crashed_midway.expect("the run had discarded segments to crash among");
+    assert!(named(&crashed, ".discard") > 0);
+    let want = block_on(s.dump()).unwrap();
+    drop(s);
+    let again = open(&crashed, &clock, cfg);
+    assert_eq!(block_on(again.dump()).unwrap(), want);
+    assert_eq!(
+        named(&crashed, ".discard"),
+        0,
+        "the restart deletes a previous run's discards"
+    );
+}

@@ -172,6 +172,11 @@ impl Disk for DmaDisk {
         Self::blocking(move || std::fs::rename(a, b)).await
     }
 
+    async fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        let p = self.dir.join(name);
+        Self::blocking(move || std::fs::OpenOptions::new().write(true).open(p)?.set_len(len)).await
+    }
+
     async fn sync_dir(&self) -> io::Result<()> {
         let d = (*self.dir).clone();
         Self::blocking(move || std::fs::File::open(d)?.sync_all()).await

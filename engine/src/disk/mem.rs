@@ -94,6 +94,13 @@ impl Disk for MemDisk {
         Ok(())
     }
 
+    async fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        let files = self.files.borrow();
+        let mut inode = files.get(name).ok_or_else(not_found)?.borrow_mut();
+        inode.data.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+        Ok(())
+    }
+
     async fn sync_dir(&self) -> io::Result<()> {
         Ok(())
     }

@@ -53,6 +53,9 @@ pub struct SimStats {
     /// Writes that ended past the space reserved with `allocate`: on a full
     /// disk these are the writes that fail with ENOSPC.
     pub writes_past_allocation: u64,
+    /// The most bytes a file still held when it was removed: a whole
+    /// segment's worth means its blocks were all freed in one step.
+    pub largest_removed: u64,
 }
 
 /// What a crash does to writes that were not synced.
@@ -309,10 +312,13 @@ impl Disk for SimDisk {
 
     async fn remove(&self, name: &str) -> io::Result<()> {
         let mut st = self.st.borrow_mut();
-        st.live_names
+        let ino = st
+            .live_names
             .remove(name)
-            .map(|_| ())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let held = st.inodes.get(&ino).map_or(0, |n| n.live.len() as u64);
+        st.stats.largest_removed = st.stats.largest_removed.max(held);
+        Ok(())
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
@@ -322,6 +328,23 @@ impl Disk for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         st.live_names.insert(to.to_string(), ino);
+        Ok(())
+    }
+
+    /// Cut at once in both the live and the durable contents: only files
+    /// out of the log are shrunk, and a restart deletes them either way.
+    async fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        let mut st = self.st.borrow_mut();
+        let ino = *st
+            .live_names
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let n = st.inodes.get_mut(&ino).expect("inode of a live name");
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        n.live.truncate(len);
+        n.durable.truncate(len);
+        n.unsynced.clear();
+        n.allocated = n.allocated.min(len as u64);
         Ok(())
     }
 

@@ -56,6 +56,10 @@ impl Disk for StdDisk {
         std::fs::rename(self.dir.join(from), self.dir.join(to))
     }
 
+    async fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        OpenOptions::new().write(true).open(self.dir.join(name))?.set_len(len)
+    }
+
     async fn sync_dir(&self) -> io::Result<()> {
         File::open(&*self.dir)?.sync_all()
     }

@@ -42,6 +42,11 @@ impl<D: Disk> Shard<D> {
                     break;
                 }
             }
+            for _ in 0..DISCARD_STEPS_PER_PASS {
+                if !self.wal.shrink_discarded().await? {
+                    break;
+                }
+            }
             Ok(report)
         }
         .await;
@@ -116,7 +121,17 @@ impl<D: Disk> Shard<D> {
 
     /// The oldest sealed segment, if rewriting its live records is worth it:
     /// it is mostly dead, or the log has grown well past the live data.
+    ///
+    /// None while cleared messages wait for release: their records cannot
+    /// be moved, so a rewrite would only scan every live message to find
+    /// nothing to do, and it did, each pass, for the seconds a deleted
+    /// queue of 650k messages took to release, holding the core for
+    /// milliseconds each time (docs/benchmarks.md, "The open loop after a
+    /// deleted queue"). The release drains 4,096 a pass, so the wait ends.
     fn rewrite_candidate(&self) -> Option<u64> {
+        if !self.st.borrow().cleared.is_empty() {
+            return None;
+        }
         let stats = self.wal.segment_stats();
         let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
         let total: u64 = stats.iter().map(|s| s.bytes).sum();
