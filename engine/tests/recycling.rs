@@ -310,3 +310,45 @@ fn dead_segments_beyond_the_spares_are_freed_a_slice_at_a_time() {
         "the restart deletes a previous run's discards"
     );
 }
+
+/// With no spare free, the writer takes up a discarded segment not cut yet
+/// rather than a new file: it is a whole segment's file, and on a full disk
+/// the only space there is.
+#[test]
+fn discarded_segments_not_cut_yet_are_reused() {
+    let disk = SimDisk::new();
+    let clock = Rc::new(ManualClock::new(T0));
+    let mut cfg = small_config();
+    cfg.segment_bytes = 4 * engine::limits::DISCARD_STEP_BYTES;
+    let s = open(&disk, &clock, cfg);
+    let body = "r".repeat(48 * 1024);
+    let discards = |d: &SimDisk| d.file_names().into_iter().filter(|n| n.ends_with(".discard")).count();
+    block_on(async {
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        for _ in 0..600 {
+            s.put_message(ACCT, "gone", body.clone(), None, None).await.unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+        s.maintenance().await.unwrap();
+    });
+    let before = discards(&disk);
+    assert!(before >= 3, "the deleted queue left {before} discarded segments");
+    let fresh_before = segments(&disk).iter().filter(|(_, recycled)| !recycled).count();
+    block_on(async {
+        s.create_queue(ACCT, "next", Metadata::default()).await.unwrap();
+        // Four segments' worth, with no maintenance pass to cut anything.
+        for _ in 0..340 {
+            s.put_message(ACCT, "next", body.clone(), None, None).await.unwrap();
+        }
+    });
+    assert!(
+        discards(&disk) <= before - 2,
+        "{} discarded segments left of {before}: none reused",
+        discards(&disk)
+    );
+    let fresh_after = segments(&disk).iter().filter(|(_, recycled)| !recycled).count();
+    assert!(
+        fresh_after <= fresh_before,
+        "new files made while whole discards waited"
+    );
+}

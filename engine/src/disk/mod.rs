@@ -28,12 +28,12 @@ pub trait Disk: Clone + 'static {
     async fn list(&self) -> io::Result<Vec<String>>;
     async fn remove(&self, name: &str) -> io::Result<()>;
     async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
-    /// Cuts `name` down to `len` bytes (never grows it). Only for files
-    /// already out of the log (a discarded segment): freeing a segment's
-    /// blocks a slice at a time keeps each step short where freeing blocks
-    /// is slow (a discard per deletion on a disk mounted with `discard`).
-    /// Not durable until the directory's file is synced, and nothing needs
-    /// it to be.
+    /// Cuts `name` down to `len` bytes; callers only ever pass less than
+    /// its size. Only for files already out of the log (a discarded
+    /// segment): freeing a segment's blocks a slice at a time keeps each
+    /// step short where freeing blocks is slow (a discard per deletion on a
+    /// disk mounted with `discard`). Not durable until the file is synced,
+    /// and nothing needs it to be: a restart deletes the file.
     async fn shrink(&self, name: &str, len: u64) -> io::Result<()>;
     /// Makes creations, removals and renames durable.
     async fn sync_dir(&self) -> io::Result<()>;

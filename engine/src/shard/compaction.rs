@@ -14,6 +14,18 @@ impl<D: Disk> Shard<D> {
         if self.compacting.replace(true) {
             return Ok(report);
         }
+        // First, and whatever the rest of the pass meets: a full disk
+        // (failing `prepare_ahead`) or a corrupt body (failing a rewrite)
+        // must not keep discarded segments' space from being freed.
+        let shrunk = async {
+            for _ in 0..DISCARD_STEPS_PER_PASS {
+                if !self.wal.shrink_discarded().await? {
+                    break;
+                }
+            }
+            Ok::<(), StorageError>(())
+        }
+        .await;
         let result = async {
             // Purging at a time the log has not recorded would let a
             // restart with an earlier clock bring the messages back.
@@ -37,13 +49,9 @@ impl<D: Disk> Shard<D> {
                 let rewritten = self.rewrite_segment(seg).await?;
                 report.records_rewritten += rewritten;
                 // Records still pinned by cleared messages not yet released
-                // cannot be moved; stop rather than retry the same segment.
+                // cannot be moved; stop, and leave the segment to die.
                 if rewritten == 0 {
-                    break;
-                }
-            }
-            for _ in 0..DISCARD_STEPS_PER_PASS {
-                if !self.wal.shrink_discarded().await? {
+                    self.futile_rewrite.set(Some(seg));
                     break;
                 }
             }
@@ -52,7 +60,7 @@ impl<D: Disk> Shard<D> {
         .await;
         self.compacting.set(false);
         self.check_live_accounting();
-        result
+        shrunk.and(result)
     }
 
     /// Debug builds: the WAL's live-record counts, kept by hand with a
@@ -122,18 +130,19 @@ impl<D: Disk> Shard<D> {
     /// The oldest sealed segment, if rewriting its live records is worth it:
     /// it is mostly dead, or the log has grown well past the live data.
     ///
-    /// None while cleared messages wait for release: their records cannot
-    /// be moved, so a rewrite would only scan every live message to find
-    /// nothing to do, and it did, each pass, for the seconds a deleted
-    /// queue of 650k messages took to release, holding the core for
-    /// milliseconds each time (docs/benchmarks.md, "The open loop after a
-    /// deleted queue"). The release drains 4,096 a pass, so the wait ends.
+    /// Never the segment whose last rewrite moved nothing: every live
+    /// record left in it belongs to a cleared message awaiting release
+    /// (nothing else pins a record, and no record becomes live in an old
+    /// segment again), so it can only die. Retrying it scanned every live
+    /// message each pass to find nothing, for the seconds a deleted queue
+    /// of 650k messages took to release, holding the core for milliseconds
+    /// each time (docs/benchmarks.md, "The open loop after a deleted queue").
     fn rewrite_candidate(&self) -> Option<u64> {
-        if !self.st.borrow().cleared.is_empty() {
-            return None;
-        }
         let stats = self.wal.segment_stats();
         let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
+        if self.futile_rewrite.get() == Some(oldest.seq) {
+            return None;
+        }
         let total: u64 = stats.iter().map(|s| s.bytes).sum();
         let live: u64 = stats.iter().map(|s| s.live_bytes).sum();
         let mostly_dead = oldest.live_bytes * 100 <= oldest.bytes * COMPACTION_LIVE_PERCENT;

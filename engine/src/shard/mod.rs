@@ -393,6 +393,8 @@ pub struct Shard<D: Disk> {
     cache: RefCell<BodyCache>,
     recovery: RecoveryReport,
     compacting: Cell<bool>,
+    /// The segment whose last rewrite moved nothing (`rewrite_candidate`).
+    futile_rewrite: Cell<Option<u64>>,
     /// Pop-receipt nonces: 64 bits each from a CSPRNG, so a receipt cannot
     /// be derived from another one or from a message id.
     rng: RefCell<StdRng>,
@@ -491,6 +493,7 @@ impl<D: Disk> Shard<D> {
             cache: RefCell::new(BodyCache::new(cfg.body_cache_bytes)),
             recovery: report,
             compacting: Cell::new(false),
+            futile_rewrite: Cell::new(None),
             rng: RefCell::new(match cfg.rng_seed {
                 Some(seed) => StdRng::seed_from_u64(seed),
                 None => StdRng::from_entropy(),

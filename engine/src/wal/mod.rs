@@ -249,6 +249,8 @@ struct Discarded<F> {
     file: Rc<F>,
     /// Bytes it still holds.
     len: u64,
+    /// As a spare's: a discarded file not cut yet may be reused.
+    seed: u32,
 }
 
 /// A dead segment's file waiting to be reused.
@@ -433,7 +435,11 @@ impl<D: Disk> Wal<D> {
                 return Ok(());
             }
             st.preparing = true;
-            (st.tail_seg + 1, st.next_lsn, Self::take_spare(&mut st))
+            (
+                st.tail_seg + 1,
+                st.next_lsn,
+                Self::take_spare(&mut st, self.cfg.segment_bytes),
+            )
         };
         let name = segment_name(seq);
         let started = Instant::now();
@@ -528,10 +534,19 @@ impl<D: Disk> Wal<D> {
         }
     }
 
-    /// A spare file no reader holds any more, if there is one.
-    fn take_spare(st: &mut State<D::File>) -> Option<SpareFile<D::File>> {
-        let i = st.spare_files.iter().position(|s| Rc::strong_count(&s.file) == 1)?;
-        Some(st.spare_files.swap_remove(i))
+    /// A spare file no reader holds any more, if there is one; else a
+    /// discarded segment not cut yet (a whole segment's file, as good as a
+    /// spare, and on a full disk the only space there is).
+    fn take_spare(st: &mut State<D::File>, segment_bytes: u64) -> Option<SpareFile<D::File>> {
+        if let Some(i) = st.spare_files.iter().position(|s| Rc::strong_count(&s.file) == 1) {
+            return Some(st.spare_files.swap_remove(i));
+        }
+        let i = st
+            .discarded
+            .iter()
+            .position(|d| Rc::strong_count(&d.file) == 1 && d.len >= segment_bytes)?;
+        let Discarded { name, file, seed, .. } = st.discarded.swap_remove(i);
+        Some(SpareFile { name, file, seed })
     }
 
     /// Takes up the spare files a previous run left (up to
@@ -996,6 +1011,7 @@ impl<D: Disk> Wal<D> {
                 name: discard,
                 file,
                 len,
+                seed,
             });
         }
         tracing::debug!(
@@ -1012,34 +1028,30 @@ impl<D: Disk> Wal<D> {
     /// False when there is nothing to do. Each step is its own job on the
     /// blocking thread, so a commit waits behind one step at most.
     pub async fn shrink_discarded(&self) -> Result<bool, StorageError> {
-        let (name, len) = {
-            let st = self.st.borrow();
-            let Some(d) = st.discarded.iter().find(|d| Rc::strong_count(&d.file) == 1) else {
+        // Out of the list while it is cut, so a rotation cannot take it up
+        // as a whole spare meanwhile (`take_spare`). A step that fails, or
+        // never finishes, leaves the file to the next startup. The last
+        // one, put back last: one file is cut to the end before the next,
+        // and the others stay whole for reuse.
+        let mut d = {
+            let mut st = self.st.borrow_mut();
+            let Some(i) = st.discarded.iter().rposition(|d| Rc::strong_count(&d.file) == 1) else {
                 return Ok(false);
             };
-            (d.name.clone(), d.len)
-        };
-        let io = |e| StorageError::io(self.disk.describe(&name), e);
-        let to = len.saturating_sub(DISCARD_STEP_BYTES);
-        if len > 0 {
-            self.disk.shrink(&name, to).await.map_err(io)?;
-        }
-        let emptied = {
-            let mut st = self.st.borrow_mut();
-            let i = st
-                .discarded
-                .iter()
-                .position(|d| d.name == name)
-                .expect("only this task removes discarded files");
-            if len > 0 {
-                st.discarded[i].len = to;
-                return Ok(true);
-            }
             st.discarded.swap_remove(i)
         };
-        drop(emptied.file);
+        let io = |name: &str, e| StorageError::io(self.disk.describe(name), e);
+        if d.len > 0 {
+            let to = d.len.saturating_sub(DISCARD_STEP_BYTES);
+            self.disk.shrink(&d.name, to).await.map_err(|e| io(&d.name, e))?;
+            d.len = to;
+            self.st.borrow_mut().discarded.push(d);
+            return Ok(true);
+        }
+        let Discarded { name, file, .. } = d;
+        drop(file);
         // No directory sync: a file a crash brings back is deleted at startup.
-        self.disk.remove(&name).await.map_err(io)?;
+        self.disk.remove(&name).await.map_err(|e| io(&name, e))?;
         Ok(true)
     }
 
