@@ -177,6 +177,54 @@ fn dead_segments_are_reused_on_real_files() {
     );
 }
 
+/// The real backend's side of discarded segments (docs/STORAGE_FORMAT.md,
+/// "Discarded segments"): a deleted queue's segments beyond the spares
+/// are renamed out of the log, cut down through `DmaDisk::shrink` and
+/// deleted, and the queue left behind reads the same after a restart.
+#[test]
+fn discarded_segments_are_cut_and_deleted_on_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let names = |p: &Path| -> Vec<String> {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    // Segments of two steps, so a file is seen cut halfway between passes.
+    let segment = 2 * engine::limits::DISCARD_STEP_BYTES;
+    let cut_halfway = on_glommio(move || async move {
+        let disk = DmaDisk::open(&path, SyncPath::BlockingPool).await.unwrap();
+        let mut c = cfg();
+        c.segment_bytes = segment;
+        let s = Shard::open(disk, c, Rc::new(SystemClock)).await.unwrap();
+        s.create_queue(ACCT, "real", Metadata::default()).await.unwrap();
+        s.put_message(ACCT, "real", "stays".into(), None, Some(-1))
+            .await
+            .unwrap();
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        for _ in 0..1_200 {
+            s.put_message(ACCT, "gone", "g".repeat(8 * 1024), None, None)
+                .await
+                .unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+        let mut cut_halfway = false;
+        for _ in 0..200 {
+            s.maintenance().await.expect("maintenance, discards included, succeeds");
+            for n in names(&path).iter().filter(|n| n.ends_with(".discard")) {
+                let len = std::fs::metadata(path.join(n)).unwrap().len();
+                cut_halfway |= len > 0 && len < segment;
+            }
+        }
+        cut_halfway
+    });
+    assert!(cut_halfway, "no discarded segment was seen cut down on disk");
+    let left = names(dir.path());
+    assert!(!left.iter().any(|n| n.ends_with(".discard")), "{left:?}");
+    assert_eq!(texts(dir.path().to_path_buf()).unwrap(), vec!["stays".to_string()]);
+}
+
 /// A commit of at least `ONE_HOP_COMMIT_BYTES` goes to the blocking pool as
 /// one job (`pwrite` of an aligned copy, then fdatasync): a single large
 /// message, then many concurrent puts that group into large commits. With
