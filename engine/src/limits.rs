@@ -91,10 +91,10 @@ pub const MAX_SPARE_SEGMENTS: usize = 2;
 /// on average and 1.6 ms at most (docs/benchmarks.md, "The open loop after
 /// a deleted queue").
 pub const DISCARD_STEP_BYTES: u64 = 1024 * 1024;
-/// Shrink steps per maintenance pass: 4 MiB a pass, at most 80 MB/s with a
-/// pass every 50 ms, more than one shard's 1 KiB puts write (about 55 MB/s).
-/// Faster writers (large messages) take up discarded files not cut yet as
-/// spares, so a discard never stands between the log and free space.
+/// Shrink steps per maintenance pass: 4 MiB a pass, at most 80 MiB/s with a
+/// pass every 50 ms (less, counting the pass's own time), about what one
+/// shard's 1 KiB puts write (55-78 MB/s). A writer that needs a file
+/// meanwhile takes up a discarded one not cut yet as a spare.
 pub const DISCARD_STEPS_PER_PASS: usize = 4;
 /// Queue ids and message sequence numbers come from one counter per shard,
 /// one per queue or message: 2^62 of them take 146,000 years at a million

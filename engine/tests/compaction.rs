@@ -119,3 +119,30 @@ fn churn_on_the_memory_disk_keeps_memory_bounded() {
     );
     assert!(dump[&(ACCT.to_string(), "churn".to_string())].messages.is_empty());
 }
+
+/// The background release takes the oldest deletion first and spends its
+/// slice across entries: a client clearing a queue before every pass must
+/// not keep an older deletion's messages (and the oldest segment with
+/// them) pinned for good, as releasing the newest entry first, one entry a
+/// pass, did.
+#[test]
+fn frequent_clears_do_not_starve_an_older_deletion() {
+    use engine::limits::RELEASE_SLICE;
+    let (_disk, _clock, s) = fresh();
+    let n = 5 * RELEASE_SLICE;
+    block_on(async {
+        s.create_queue(ACCT, "big", Metadata::default()).await.unwrap();
+        s.create_queue(ACCT, "tiny", Metadata::default()).await.unwrap();
+        for chunk in (0..n).collect::<Vec<_>>().chunks(32) {
+            let texts = chunk.iter().map(|i| format!("m{i}")).collect();
+            s.put_messages(ACCT, "big", texts, None, None).await.unwrap();
+        }
+        s.delete_queue(ACCT, "big").await.unwrap();
+        for _ in 0..n / RELEASE_SLICE + 2 {
+            s.put_message(ACCT, "tiny", "t".into(), None, None).await.unwrap();
+            s.clear_messages(ACCT, "tiny").await.unwrap();
+            s.maintenance().await.unwrap();
+        }
+    });
+    assert_eq!(s.message_count(), 0, "messages still awaiting release");
+}

@@ -475,3 +475,56 @@ fn one_mib_messages_survive_rotation_restart_torn_tails_and_compaction() {
         .expect("refused");
     assert!(err.to_string().contains("cannot hold it"), "{err}");
 }
+
+/// A full disk with the next segment due: making its file fails every
+/// pass, but the pass still releases deleted messages and renames dead
+/// segments to spares (which needs no space), so deleting a queue makes
+/// the room the writer needs. Returning at the failed preparation, as
+/// maintenance did, freed nothing while the disk stayed full.
+#[test]
+fn a_full_disk_still_turns_a_deleted_queue_into_spares() {
+    // Segments large enough that the file made ahead at three quarters
+    // comes before the one a put's own reservation would make.
+    let segment = 4 * 1024 * 1024;
+    let disk = SimDisk::new();
+    let clock = Rc::new(ManualClock::new(T0));
+    let mut cfg = small_config();
+    cfg.segment_bytes = segment;
+    let s = open(&disk, &clock, cfg);
+    block_on(async {
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        for _ in 0..1_200 {
+            s.put_message(ACCT, "gone", "g".repeat(8 * 1024), None, None)
+                .await
+                .unwrap();
+        }
+        s.create_queue(ACCT, "live", Metadata::default()).await.unwrap();
+        // Into a new tail (the rotation takes up the file made ahead), and
+        // past three quarters of it, where the next file is due.
+        let first = s.segment_stats().last().unwrap().seq;
+        loop {
+            let tail = *s.segment_stats().last().unwrap();
+            if tail.seq > first && tail.bytes >= segment / 4 * 3 + 4096 {
+                break;
+            }
+            s.put_message(ACCT, "live", "l".repeat(8 * 1024), None, None)
+                .await
+                .unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+    });
+    let spares = |d: &SimDisk| d.file_names().into_iter().filter(|n| n.ends_with(".spare")).count();
+    assert_eq!(spares(&disk), 0);
+    disk.set_faults(Faults {
+        no_space: true,
+        ..Default::default()
+    });
+    assert!(block_on(s.maintenance()).is_err(), "the next file cannot be made");
+    assert!(
+        spares(&disk) > 0,
+        "no dead segment became a spare while the disk was full"
+    );
+    // The next pass makes the next segment from a spare, on the full disk.
+    block_on(s.maintenance()).unwrap();
+    block_on(s.put_message(ACCT, "live", "after".into(), None, None)).unwrap();
+}

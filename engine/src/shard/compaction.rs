@@ -16,16 +16,19 @@ impl<D: Disk> Shard<D> {
         }
         // First, and whatever the rest of the pass meets: a full disk
         // (failing `prepare_ahead`) or a corrupt body (failing a rewrite)
-        // must not keep discarded segments' space from being freed.
-        let shrunk = async {
-            for _ in 0..DISCARD_STEPS_PER_PASS {
-                if !self.wal.shrink_discarded().await? {
+        // must not keep discarded segments' space from being freed. A
+        // failed step is logged here, so the pass's own report and error
+        // still reach the caller; the file is left to the next startup.
+        for _ in 0..DISCARD_STEPS_PER_PASS {
+            match self.wal.shrink_discarded().await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::error!(shard = self.cfg.shard_id, "freeing a discarded segment: {e}");
                     break;
                 }
             }
-            Ok::<(), StorageError>(())
         }
-        .await;
         let result = async {
             // Purging at a time the log has not recorded would let a
             // restart with an earlier clock bring the messages back.
@@ -38,7 +41,11 @@ impl<D: Disk> Shard<D> {
                 }
                 now
             };
-            self.wal.prepare_ahead(now).await?;
+            // On a full disk the next file cannot be made, but the release
+            // and the dead segments' removal (a rename to a spare needs no
+            // space) are what makes room: they run first, and the error
+            // is returned after them.
+            let prepared = self.wal.prepare_ahead(now).await;
             self.release_cleared_slice();
             loop {
                 if self.wal.remove_oldest_if_dead().await? {
@@ -55,12 +62,12 @@ impl<D: Disk> Shard<D> {
                     break;
                 }
             }
-            Ok(report)
+            prepared.map(|()| report)
         }
         .await;
         self.compacting.set(false);
         self.check_live_accounting();
-        shrunk.and(result)
+        result
     }
 
     /// Debug builds: the WAL's live-record counts, kept by hand with a
@@ -116,14 +123,24 @@ impl<D: Disk> Shard<D> {
     /// (docs/benchmarks.md, "Where the stalls came from"). A yield between
     /// slices would not do: glommio runs a task that yields again before it
     /// polls timers and sockets, until its 100 ms preemption timer fires.
+    ///
+    /// Oldest first, and `RELEASE_SLICE` messages across entries: the
+    /// newest entry first, or one entry a pass, let a client clearing
+    /// queues more often than the passes run keep an old deletion's
+    /// records, and the oldest segment with them, pinned for good.
     pub(super) fn release_cleared_slice(&self) {
         let mut st = self.st.borrow_mut();
-        let Some(c) = st.cleared.last_mut() else { return };
-        for m in c.pop_some(RELEASE_SLICE) {
-            self.unpin_message(&m);
-        }
-        if c.is_empty() {
-            st.cleared.pop();
+        let mut budget = RELEASE_SLICE;
+        while budget > 0 {
+            let Some(c) = st.cleared.first_mut() else { return };
+            let released = c.pop_some(budget);
+            budget = budget.saturating_sub(released.len().max(1));
+            for m in released {
+                self.unpin_message(&m);
+            }
+            if c.is_empty() {
+                st.cleared.remove(0);
+            }
         }
     }
 

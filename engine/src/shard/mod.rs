@@ -239,6 +239,15 @@ struct State {
 }
 
 impl State {
+    /// Hands a queue's taken messages to the background release. An empty
+    /// take is dropped: an entry per Clear Messages of an empty queue would
+    /// only lengthen the list the release walks.
+    fn push_cleared(&mut self, c: Cleared) {
+        if !c.is_empty() {
+            self.cleared.push(c);
+        }
+    }
+
     /// The next queue id or message sequence number. One per queue or
     /// message never reaches `ID_SPACE`; a log that starts near it (refused
     /// at recovery from `ID_SPACE` on) refuses the request instead of
@@ -685,7 +694,7 @@ impl<D: Disk> Shard<D> {
             st.names.remove(&q.account, &q.name);
             self.waiters.wake_all(qid);
             wal.unpin(q.def_seg, q.def_frame_len);
-            st.cleared.push(q.take_all());
+            st.push_cleared(q.take_all());
             Ok(((), pos.lsn))
         })
         .await
@@ -1415,7 +1424,7 @@ impl<D: Disk> Shard<D> {
             let pos = wal.append(&Record::QueueCleared { qid: q.qid })?;
             q.last_lsn = pos.lsn;
             let cleared = q.take_all();
-            st.cleared.push(cleared);
+            st.push_cleared(cleared);
             Ok(((), pos.lsn))
         })
         .await

@@ -1030,12 +1030,15 @@ impl<D: Disk> Wal<D> {
     pub async fn shrink_discarded(&self) -> Result<bool, StorageError> {
         // Out of the list while it is cut, so a rotation cannot take it up
         // as a whole spare meanwhile (`take_spare`). A step that fails, or
-        // never finishes, leaves the file to the next startup. The last
-        // one, put back last: one file is cut to the end before the next,
-        // and the others stay whole for reuse.
+        // never finishes, leaves the file to the next startup. The
+        // shortest first: one file is cut to the end before the next, and
+        // the others stay whole for reuse.
         let mut d = {
             let mut st = self.st.borrow_mut();
-            let Some(i) = st.discarded.iter().rposition(|d| Rc::strong_count(&d.file) == 1) else {
+            let Some(i) = (0..st.discarded.len())
+                .filter(|&i| Rc::strong_count(&st.discarded[i].file) == 1)
+                .min_by_key(|&i| st.discarded[i].len)
+            else {
                 return Ok(false);
             };
             st.discarded.swap_remove(i)
