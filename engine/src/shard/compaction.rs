@@ -132,14 +132,14 @@ impl<D: Disk> Shard<D> {
         let mut st = self.st.borrow_mut();
         let mut budget = RELEASE_SLICE;
         while budget > 0 {
-            let Some(c) = st.cleared.first_mut() else { return };
+            let Some(c) = st.cleared.front_mut() else { return };
             let released = c.pop_some(budget);
             budget = budget.saturating_sub(released.len().max(1));
             for m in released {
                 self.unpin_message(&m);
             }
             if c.is_empty() {
-                st.cleared.remove(0);
+                st.cleared.pop_front();
             }
         }
     }

@@ -235,7 +235,7 @@ struct State {
     orphans: foldhash::HashMap<u64, Queue>,
     /// Messages cleared or deleted with their queue, still pinned, released
     /// a slice at a time by maintenance (`release_cleared`).
-    cleared: Vec<Cleared>,
+    cleared: VecDeque<Cleared>,
 }
 
 impl State {
@@ -244,7 +244,7 @@ impl State {
     /// only lengthen the list the release walks.
     fn push_cleared(&mut self, c: Cleared) {
         if !c.is_empty() {
-            self.cleared.push(c);
+            self.cleared.push_back(c);
         }
     }
 
@@ -430,7 +430,7 @@ impl<D: Disk> Shard<D> {
             clock_lsn: 0,
             clock_pos: None,
             orphans: Default::default(),
-            cleared: Vec::new(),
+            cleared: VecDeque::new(),
         };
         let wal_cfg = WalConfig {
             shard_id: cfg.shard_id,
