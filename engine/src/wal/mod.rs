@@ -241,16 +241,13 @@ struct State<F> {
     scratch: Vec<u8>,
 }
 
-/// A dead segment's file being cut down before it is deleted.
+/// A dead segment's file being cut down before it is deleted: a spare
+/// under another name (one not cut yet may still be reused as a spare),
+/// cut only once no reader holds it, so no read comes up short.
 struct Discarded<F> {
-    name: String,
-    /// Shared with readers that opened the segment while it was live: the
-    /// file is cut only once they are all gone, so no read comes up short.
-    file: Rc<F>,
+    file: SpareFile<F>,
     /// Bytes it still holds.
     len: u64,
-    /// As a spare's: a discarded file not cut yet may be reused.
-    seed: u32,
 }
 
 /// A dead segment's file waiting to be reused.
@@ -264,6 +261,13 @@ struct SpareFile<F> {
     /// starting value shifts every checksum by the same amount, so two
     /// segments with one seed accept each other's frames).
     seed: u32,
+}
+
+impl<F> SpareFile<F> {
+    /// No reader holds the file any more: it may be reused or cut.
+    fn unheld(&self) -> bool {
+        Rc::strong_count(&self.file) == 1
+    }
 }
 
 /// The log. See the module docs for the protocol.
@@ -492,7 +496,7 @@ impl<D: Disk> Wal<D> {
         let io = |e| StorageError::io(self.disk.describe(name), e);
         let (file, from, old_seed) = match spare {
             Some(s) => {
-                debug_assert!(Rc::strong_count(&s.file) == 1, "a spare in use by a reader");
+                debug_assert!(s.unheld(), "a spare in use by a reader");
                 (s.file, Some(s.name), Some(s.seed))
             }
             None => (Rc::new(self.disk.create(name).await.map_err(io)?), None, None),
@@ -538,15 +542,14 @@ impl<D: Disk> Wal<D> {
     /// discarded segment not cut yet (a whole segment's file, as good as a
     /// spare, and on a full disk the only space there is).
     fn take_spare(st: &mut State<D::File>, segment_bytes: u64) -> Option<SpareFile<D::File>> {
-        if let Some(i) = st.spare_files.iter().position(|s| Rc::strong_count(&s.file) == 1) {
+        if let Some(i) = st.spare_files.iter().position(SpareFile::unheld) {
             return Some(st.spare_files.swap_remove(i));
         }
         let i = st
             .discarded
             .iter()
-            .position(|d| Rc::strong_count(&d.file) == 1 && d.len >= segment_bytes)?;
-        let Discarded { name, file, seed, .. } = st.discarded.swap_remove(i);
-        Some(SpareFile { name, file, seed })
+            .position(|d| d.file.unheld() && d.len >= segment_bytes)?;
+        Some(st.discarded.swap_remove(i).file)
     }
 
     /// Takes up the spare files a previous run left (up to
@@ -969,7 +972,7 @@ impl<D: Disk> Wal<D> {
                 .remove(&seq)
                 .expect("the candidate is still the oldest segment");
             assert!(s.live_records == 0 && s.sealed, "a dead sealed segment stays dead");
-            let room = self.disk.keeps_spares() && st.spare_files.len() < MAX_SPARE_SEGMENTS;
+            let room = st.spare_files.len() < MAX_SPARE_SEGMENTS;
             (s.file, s.header.seed(), room)
         };
         let name = segment_name(seq);
@@ -1008,10 +1011,12 @@ impl<D: Disk> Wal<D> {
             self.disk.rename(&name, &discard).await.map_err(io)?;
             self.disk.sync_dir().await.map_err(io)?;
             self.st.borrow_mut().discarded.push(Discarded {
-                name: discard,
-                file,
+                file: SpareFile {
+                    name: discard,
+                    file,
+                    seed,
+                },
                 len,
-                seed,
             });
         }
         tracing::debug!(
@@ -1035,9 +1040,12 @@ impl<D: Disk> Wal<D> {
         // the others stay whole for reuse.
         let mut d = {
             let mut st = self.st.borrow_mut();
-            let Some(i) = (0..st.discarded.len())
-                .filter(|&i| Rc::strong_count(&st.discarded[i].file) == 1)
-                .min_by_key(|&i| st.discarded[i].len)
+            let Some((i, _)) = st
+                .discarded
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.file.unheld())
+                .min_by_key(|(_, d)| d.len)
             else {
                 return Ok(false);
             };
@@ -1046,12 +1054,15 @@ impl<D: Disk> Wal<D> {
         let io = |name: &str, e| StorageError::io(self.disk.describe(name), e);
         if d.len > 0 {
             let to = d.len.saturating_sub(DISCARD_STEP_BYTES);
-            self.disk.shrink(&d.name, to).await.map_err(|e| io(&d.name, e))?;
+            self.disk
+                .shrink(&d.file.name, to)
+                .await
+                .map_err(|e| io(&d.file.name, e))?;
             d.len = to;
             self.st.borrow_mut().discarded.push(d);
             return Ok(true);
         }
-        let Discarded { name, file, .. } = d;
+        let SpareFile { name, file, .. } = d.file;
         drop(file);
         // No directory sync: a file a crash brings back is deleted at startup.
         self.disk.remove(&name).await.map_err(|e| io(&name, e))?;
