@@ -352,9 +352,7 @@ fn one_mib_config() -> ShardConfig {
 /// restart with the default limit that still reads, and compacts, them.
 #[test]
 fn one_mib_messages_survive_rotation_restart_torn_tails_and_compaction() {
-    let disk = SimDisk::new();
-    let clock = Rc::new(ManualClock::new(T0));
-    let s = open(&disk, &clock, one_mib_config());
+    let (disk, clock, s) = fresh_with(one_mib_config());
     let big = |i: usize| format!("{i:02}{}", "y".repeat(MAX_MESSAGE_BYTES_CEILING - 2));
     block_on(s.create_queue(ACCT, "big", Metadata::default())).unwrap();
     let over = block_on(s.put_message(ACCT, "big", "z".repeat(MAX_MESSAGE_BYTES_CEILING + 1), None, None));
@@ -486,11 +484,9 @@ fn a_full_disk_still_turns_a_deleted_queue_into_spares() {
     // Segments large enough that the file made ahead at three quarters
     // comes before the one a put's own reservation would make.
     let segment = 4 * 1024 * 1024;
-    let disk = SimDisk::new();
-    let clock = Rc::new(ManualClock::new(T0));
     let mut cfg = small_config();
     cfg.segment_bytes = segment;
-    let s = open(&disk, &clock, cfg);
+    let (disk, _clock, s) = fresh_with(cfg);
     block_on(async {
         s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
         for _ in 0..1_200 {

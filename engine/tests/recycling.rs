@@ -254,11 +254,9 @@ fn a_log_without_records_deletes_its_spares() {
 #[test]
 fn dead_segments_beyond_the_spares_are_freed_a_slice_at_a_time() {
     use engine::limits::{DISCARD_STEPS_PER_PASS, DISCARD_STEP_BYTES, MAX_SPARE_SEGMENTS};
-    let disk = SimDisk::new();
-    let clock = Rc::new(ManualClock::new(T0));
     let mut cfg = small_config();
     cfg.segment_bytes = 4 * DISCARD_STEP_BYTES;
-    let s = open(&disk, &clock, cfg);
+    let (disk, clock, s) = fresh_with(cfg);
     let body = "d".repeat(48 * 1024);
     block_on(async {
         s.create_queue(ACCT, "keep", Metadata::default()).await.unwrap();
@@ -316,11 +314,9 @@ fn dead_segments_beyond_the_spares_are_freed_a_slice_at_a_time() {
 /// the only space there is.
 #[test]
 fn discarded_segments_not_cut_yet_are_reused() {
-    let disk = SimDisk::new();
-    let clock = Rc::new(ManualClock::new(T0));
     let mut cfg = small_config();
     cfg.segment_bytes = 4 * engine::limits::DISCARD_STEP_BYTES;
-    let s = open(&disk, &clock, cfg);
+    let (disk, _clock, s) = fresh_with(cfg);
     let body = "r".repeat(48 * 1024);
     let discards = |d: &SimDisk| d.file_names().into_iter().filter(|n| n.ends_with(".discard")).count();
     block_on(async {

@@ -469,11 +469,9 @@ fn a_full_disk_answers_503_and_never_poisons_the_shard() {
 
 #[test]
 fn compaction_moves_a_cached_body_instead_of_leaving_a_stale_key() {
-    let disk = SimDisk::new();
-    let clock = Rc::new(ManualClock::new(T0));
     let mut cfg = small_config();
     cfg.body_cache_bytes = 4 << 20;
-    let s = open(&disk, &clock, cfg);
+    let (_disk, _clock, s) = fresh_with(cfg);
     block_on(async {
         s.create_queue(ACCT, "que", Metadata::default()).await.unwrap();
         s.put_message(ACCT, "que", "keeper".into(), None, Some(-1))

@@ -31,8 +31,13 @@ pub fn open(disk: &SimDisk, clock: &Rc<ManualClock>, cfg: ShardConfig) -> Shard<
 }
 
 pub fn fresh() -> (SimDisk, Rc<ManualClock>, Shard<SimDisk>) {
+    fresh_with(small_config())
+}
+
+/// A new shard on an empty simulated disk, with `cfg`.
+pub fn fresh_with(cfg: ShardConfig) -> (SimDisk, Rc<ManualClock>, Shard<SimDisk>) {
     let disk = SimDisk::new();
     let clock = Rc::new(ManualClock::new(T0));
-    let shard = open(&disk, &clock, small_config());
+    let shard = open(&disk, &clock, cfg);
     (disk, clock, shard)
 }
