@@ -96,6 +96,13 @@ pub const DISCARD_STEP_BYTES: u64 = 1024 * 1024;
 /// shard's 1 KiB puts write (55-78 MB/s). A writer that needs a file
 /// meanwhile takes up a discarded one not cut yet as a spare.
 pub const DISCARD_STEPS_PER_PASS: usize = 4;
+
+/// Zeros written into the prepared segment per write when the log zeroes
+/// ahead (`WalConfig::zero_ahead`): small writes, so that no commit's
+/// fdatasync finds much more than its own data waiting in the device's
+/// cache. One 64 MiB zero write at segment creation raised the open-loop
+/// put's p99 from 3-6 ms to 10-47 ms (docs/benchmarks.md, "Zeroed ahead").
+pub const ZERO_STEP_BYTES: u64 = 256 * 1024;
 /// Queue ids and message sequence numbers come from one counter per shard,
 /// one per queue or message: 2^62 of them take 146,000 years at a million
 /// a second. A log whose counter would start at or beyond this (it names id

@@ -442,6 +442,9 @@ impl World {
         c.body_cache_bytes = self.cfg.cache_bytes;
         c.rng_seed = Some(self.seed ^ ((i as u64) << 48) ^ (restarts << 32));
         c.dead_letter_lease_ms = self.cfg.lease_ms;
+        // Half the seeds zero segments ahead of the writer (not drawn from
+        // the generator, so every seed keeps the shape it had before).
+        c.zero_ahead = self.seed % 2 == 1;
         c
     }
 

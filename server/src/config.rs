@@ -39,9 +39,12 @@ pub enum OAuthFlag {
 /// How a new WAL segment's space is reserved (docs/decisions/0003 and 0005).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreallocFlag {
+    /// fallocate, then the log writes zeros into the next segment a little
+    /// at a time, paced by the writer, so commits are overwrites.
+    ZeroAhead,
     /// fallocate only: commits write into unwritten extents.
     Fallocate,
-    /// fallocate, then write zeros once, so commits are pure overwrites.
+    /// fallocate, then write zeros over the whole segment at once.
     ZeroFill,
 }
 
@@ -101,7 +104,7 @@ pub struct Config {
     pub fdatasync: SyncFlag,
 
     /// How new WAL segments are prepared.
-    #[arg(long, env = "HEMATITE_PREALLOCATE", value_enum, default_value_t = PreallocFlag::Fallocate)]
+    #[arg(long, env = "HEMATITE_PREALLOCATE", value_enum, default_value_t = PreallocFlag::ZeroAhead)]
     pub preallocate: PreallocFlag,
 
     /// Let the kernel's policy decide whether the heap gets transparent huge

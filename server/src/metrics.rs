@@ -287,6 +287,14 @@ fn render_shards(out: &mut String, cores: &[CoreSnapshot]) {
     per_shard(
         out,
         cores,
+        "hematite_wal_zeroed_bytes_total",
+        "counter",
+        "Zeros written into the next segment ahead of the writer, so its commits overwrite written blocks.",
+        |c| c.commits.zeroed_bytes.to_string(),
+    );
+    per_shard(
+        out,
+        cores,
         "hematite_wal_written_bytes_total",
         "counter",
         "Bytes written to the log, padding included.",

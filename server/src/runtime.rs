@@ -505,7 +505,7 @@ impl Storage for DmaDisk {
         };
         let dir = cfg.data_dir.join(format!("shard-{i:03}"));
         let prealloc = match cfg.preallocate {
-            PreallocFlag::Fallocate => Preallocation::Fallocate,
+            PreallocFlag::Fallocate | PreallocFlag::ZeroAhead => Preallocation::Fallocate,
             PreallocFlag::ZeroFill => Preallocation::ZeroFill,
         };
         Ok(DmaDisk::open(&dir, sync)
@@ -535,6 +535,8 @@ fn shard_config(i: usize, cfg: &Config) -> ShardConfig {
     scfg.max_message_bytes = cfg.max_message_bytes();
     scfg.stale_receipt_is_mismatch = cfg.azurite_receipt_errors;
     scfg.dead_letter_lease_ms = cfg.dead_letter_lease_secs.saturating_mul(1000);
+    // In memory the zeros would only be memory: nothing to convert there.
+    scfg.zero_ahead = !cfg.in_memory && cfg.preallocate == PreallocFlag::ZeroAhead;
     if cfg.quarantine_corrupt_segments {
         scfg.recovery = RecoveryMode::QuarantineCorrupt;
     }

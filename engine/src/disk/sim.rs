@@ -43,6 +43,10 @@ pub struct Faults {
     /// Extra turns an fdatasync gives other tasks before it completes (a
     /// slower device): more work interleaves with each commit in flight.
     pub sync_yields: u32,
+    /// Turns a write of nothing but zeros gives other tasks before its data
+    /// lands: the zeros the log writes ahead (`WalConfig::zero_ahead`) are
+    /// still in flight when the writer reaches their segment.
+    pub zero_write_yields: u32,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -231,7 +235,9 @@ impl SimDisk {
     /// Writes made so far, newest first, with the name their file has now.
     /// Left out: writes to files since removed, and writes a newer write to
     /// the same file overlaps (a reused file's earlier life): their bytes
-    /// are no longer what the file holds there.
+    /// are no longer what the file holds there. Also writes past the file's
+    /// end: a crash took them back (never synced, as the zeros written
+    /// ahead into a prepared segment are not) and nothing wrote there since.
     pub fn writes_newest_first(&self) -> Vec<(String, u64, usize)> {
         let st = self.st.borrow();
         let names: HashMap<u64, &String> = st.live_names.iter().map(|(n, i)| (*i, n)).collect();
@@ -242,7 +248,8 @@ impl SimDisk {
             let seen = newer.entry(ino).or_default();
             let covered = seen.iter().any(|&(p, e)| p < end && pos < e);
             seen.push((pos, end));
-            if let (false, Some(n)) = (covered, names.get(&ino)) {
+            let there = st.inodes.get(&ino).is_some_and(|n| end <= n.live.len() as u64);
+            if let (false, true, Some(n)) = (covered, there, names.get(&ino)) {
                 out.push(((*n).clone(), pos, len));
             }
         }
@@ -404,6 +411,12 @@ impl DiskFile for SimFile {
             st.stats.writes += 1;
             st.stats.bytes_written += data.len() as u64;
             st.writes.push((self.ino, pos, data.len()));
+        }
+        if data.iter().all(|&b| b == 0) {
+            let turns = self.disk.st.borrow().faults.zero_write_yields;
+            for _ in 0..turns {
+                futures_lite::future::yield_now().await;
+            }
         }
         self.with(|n| {
             let end = pos as usize + data.len();

@@ -46,6 +46,10 @@ impl<D: Disk> Shard<D> {
             // space) are what makes room: they run first, and the error
             // is returned after them.
             let prepared = self.wal.prepare_ahead(now).await;
+            // Only ever saves time: a failure is logged, not the pass's.
+            if let Err(e) = self.wal.zero_ahead().await {
+                tracing::error!(shard = self.cfg.shard_id, "zeroing the next segment: {e}");
+            }
             self.release_cleared_slice();
             loop {
                 if self.wal.remove_oldest_if_dead().await? {

@@ -68,6 +68,8 @@ pub struct ShardConfig {
     /// by default, up to `MAX_MESSAGE_BYTES_CEILING` (docs/EXTENSIONS.md,
     /// "Larger messages"). Bodies of any size live in the WAL alike.
     pub max_message_bytes: usize,
+    /// Zero the next WAL segment ahead of the writer (`WalConfig::zero_ahead`).
+    pub zero_ahead: bool,
 }
 
 impl ShardConfig {
@@ -82,6 +84,7 @@ impl ShardConfig {
             clock_lease_ms: CLOCK_LEASE_MS,
             dead_letter_lease_ms: DEAD_LETTER_LEASE_SECS as u64 * 1000,
             max_message_bytes: MAX_MESSAGE_BYTES,
+            zero_ahead: false,
         }
     }
 
@@ -437,6 +440,7 @@ impl<D: Disk> Shard<D> {
             segment_bytes: cfg.segment_bytes,
             recovery: cfg.recovery,
             max_append_body: max_append_body(cfg.max_message_bytes),
+            zero_ahead: cfg.zero_ahead,
         };
         let (mut wal, report) =
             Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;

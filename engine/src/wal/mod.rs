@@ -129,6 +129,13 @@ pub struct WalConfig {
     /// the segment must be at least `limits::min_segment_bytes` of it.
     /// Reading is bounded by `MAX_RECORD_BODY` instead, whatever this is.
     pub max_append_body: usize,
+    /// Write zeros into the prepared segment before the writer gets there,
+    /// paced by the writer, so that commits overwrite written blocks
+    /// instead of converting unwritten extents (an fdatasync into those
+    /// also writes the extent change: 1.6-2x the cost, docs/machine.md).
+    /// Off where blocks cost nothing to convert (memory, the simulator's
+    /// default), since the zeros would only be memory.
+    pub zero_ahead: bool,
 }
 
 impl WalConfig {
@@ -138,6 +145,7 @@ impl WalConfig {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             recovery: RecoveryMode::Strict,
             max_append_body: MAX_APPEND_BODY,
+            zero_ahead: false,
         }
     }
 }
@@ -215,6 +223,13 @@ struct State<F> {
     /// A created, durable, empty segment waiting to be rotated into.
     prepared: Option<Segment<F>>,
     preparing: bool,
+    /// How far from its start the prepared segment's blocks are written
+    /// (the whole segment for a reused one, the header for a new one);
+    /// `zero_ahead` writes zeros up to where the writer is soon to come.
+    zeroed_to: u64,
+    /// The segment a zero write is in flight to: the writer does not write
+    /// into it until that write is done, so no zero can land over a commit.
+    zeroing: Option<u64>,
     /// Where the next batch goes: the newest segment and its aligned end.
     tail_seg: u64,
     tail_end: u64,
@@ -284,6 +299,10 @@ pub struct Wal<D: Disk> {
     /// wake-up on to one not yet woken ([`wakeups`]), so the role is never
     /// lost with a task.
     next_leader: Wakeups,
+    /// Fired when a zero write ends: a commit into that segment waits for it.
+    zero_done: Wakeups,
+    /// `ZERO_STEP_BYTES` of zeros when `cfg.zero_ahead`, else empty.
+    zeros: Rc<[u8]>,
 }
 
 impl<D: Disk> Wal<D> {
@@ -308,6 +327,8 @@ impl<D: Disk> Wal<D> {
                 segments: rec.segments,
                 prepared: None,
                 preparing: false,
+                zeroed_to: 0,
+                zeroing: None,
                 tail_seg: rec.next_seq - 1,
                 tail_end: SEGMENT_HEADER_LEN,
                 batches: VecDeque::new(),
@@ -326,6 +347,12 @@ impl<D: Disk> Wal<D> {
             }),
             changed: Wakeups::default(),
             next_leader: Wakeups::default(),
+            zero_done: Wakeups::default(),
+            zeros: if cfg.zero_ahead {
+                Rc::from(vec![0u8; ZERO_STEP_BYTES as usize])
+            } else {
+                Rc::from(Vec::new())
+            },
         };
         wal.adopt_spares(rec.next_lsn == 1).await?;
         // Every start writes into a segment of its own: a recovered segment is
@@ -459,6 +486,11 @@ impl<D: Disk> Wal<D> {
         st.preparing = false;
         let out = match result {
             Ok((file, header)) => {
+                st.zeroed_to = if recycled || !self.cfg.zero_ahead {
+                    self.cfg.segment_bytes
+                } else {
+                    SEGMENT_HEADER_LEN
+                };
                 st.prepared = Some(Segment {
                     file,
                     header,
@@ -841,6 +873,18 @@ impl<D: Disk> Wal<D> {
     }
 
     async fn write_batch(&self, mut b: Batch) -> Result<u64, String> {
+        // A zero write may still be in flight to a segment the writer has
+        // just rotated into: it must land before the commit does.
+        loop {
+            let wait = (self.st.borrow().zeroing == Some(b.seg)).then(|| self.zero_done.listen());
+            match wait {
+                Some(l) => {
+                    self.st.borrow_mut().stats.zero_waits += 1;
+                    l.await;
+                }
+                None => break,
+            }
+        }
         let (file, align) = {
             let st = self.st.borrow();
             (st.segments[&b.seg].file.clone(), st.alignment)
@@ -1071,19 +1115,98 @@ impl<D: Disk> Wal<D> {
 
     /// Creates the next segment ahead of time once the current one is three
     /// quarters full, so rotation does not wait for file creation (later
-    /// would risk the wait; earlier keeps an extra empty segment on disk longer).
+    /// would risk the wait; earlier keeps an extra empty segment on disk
+    /// longer). A quarter full when zeroing ahead: the zeros need the time.
     pub async fn prepare_ahead(&self, now_ms: u64) -> Result<(), StorageError> {
+        let from = if self.cfg.zero_ahead { 1 } else { 3 };
         let due = {
             let st = self.st.borrow();
             st.prepared.is_none()
                 && !st.preparing
-                && st.tail_end >= self.cfg.segment_bytes / 4 * 3
+                && st.tail_end >= self.cfg.segment_bytes / 4 * from
                 && st.poisoned.is_none()
         };
         if due {
             self.prepare(now_ms).await?;
         }
         Ok(())
+    }
+    /// Writes zeros into the prepared segment, `ZERO_STEP_BYTES` a write and
+    /// one write per commit, up to where the writer's progress asks for: twice the current
+    /// segment's fill past its first quarter, so the prepared segment is
+    /// all written by the time the current one is three quarters full.
+    /// Its commits are then overwrites (`WalConfig::zero_ahead`). What is
+    /// not zeroed when the writer rotates stays as it was, unwritten
+    /// extents that read as zeros, so this only ever saves time. A failed
+    /// write gives the segment up (the writer's own commits will meet a
+    /// failing device).
+    pub async fn zero_ahead(&self) -> Result<(), StorageError> {
+        if !self.cfg.zero_ahead {
+            return Ok(());
+        }
+        // A zero write dropped in flight could land at any time, over a
+        // commit once the segment is the writer's: the log stops instead.
+        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
+        impl<D: Disk> Drop for Guard<'_, D> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.poison("a zero write was cancelled in flight".into());
+                }
+            }
+        }
+        loop {
+            // One write per commit at most: each fdatasync then carries one
+            // step of zeros beside its own data, not a whole pass's worth
+            // (a commit in flight always ends, or poisons the log).
+            let commit = self.st.borrow().committing.then(|| self.changed.listen());
+            if let Some(ended) = commit {
+                ended.await;
+            }
+            let (file, seq, pos, len) = {
+                let mut st = self.st.borrow_mut();
+                let seg = self.cfg.segment_bytes;
+                let align = st.alignment.max(1);
+                let want = st.tail_end.saturating_sub(seg / 4).saturating_mul(2).min(seg) / align * align;
+                let Some(p) = st
+                    .prepared
+                    .as_ref()
+                    .filter(|_| st.poisoned.is_none() && st.zeroed_to < want)
+                else {
+                    return Ok(());
+                };
+                let len = (want - st.zeroed_to).min(ZERO_STEP_BYTES) / align * align;
+                if len == 0 {
+                    return Ok(());
+                }
+                let job = (p.file.clone(), p.header.seq, st.zeroed_to, len);
+                debug_assert!(job.2 >= SEGMENT_HEADER_LEN, "zeros over a segment header");
+                st.zeroing = Some(job.1);
+                job
+            };
+            let mut guard = Guard(self, false);
+            let zeros = self.zeros.get(..len as usize).unwrap_or_default();
+            let written = file.write_at(zeros, pos).await;
+            guard.1 = true;
+            let mut st = self.st.borrow_mut();
+            st.zeroing = None;
+            let still = st.prepared.as_ref().is_some_and(|p| p.header.seq == seq);
+            if still {
+                st.zeroed_to = if written.is_ok() {
+                    pos + len
+                } else {
+                    self.cfg.segment_bytes
+                };
+            }
+            if written.is_ok() {
+                st.stats.zeroed_bytes += len;
+            }
+            drop(st);
+            self.zero_done.wake_all();
+            written.map_err(|e| StorageError::io(self.disk.describe(&segment_name(seq)), e))?;
+            if !still {
+                return Ok(());
+            }
+        }
     }
 }
 

@@ -60,6 +60,11 @@ pub struct CommitStats {
     /// those of at least `ONE_HOP_COMMIT_BYTES` on a disk that can (the
     /// real one with its fdatasync on the blocking pool, the default).
     pub one_job: u64,
+    /// Zeros written ahead into prepared segments (`WalConfig::zero_ahead`).
+    pub zeroed_bytes: u64,
+    /// Commits that waited for a zero write still in flight to their
+    /// segment (one at most after a rotation; see `Wal::zero_ahead`).
+    pub zero_waits: u64,
     /// The data write of each commit (through io_uring, or `pwrite` on the
     /// blocking pool for a one-job commit).
     pub write: Log2Histogram,
