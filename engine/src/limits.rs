@@ -98,10 +98,11 @@ pub const DISCARD_STEP_BYTES: u64 = 1024 * 1024;
 pub const DISCARD_STEPS_PER_PASS: usize = 4;
 
 /// Zeros written into the prepared segment per write when the log zeroes
-/// ahead (`WalConfig::zero_ahead`): small writes, so that no commit's
-/// fdatasync finds much more than its own data waiting in the device's
-/// cache. One 64 MiB zero write at segment creation raised the open-loop
-/// put's p99 from 3-6 ms to 10-47 ms (docs/benchmarks.md, "Zeroed ahead").
+/// ahead (`WalConfig::zero_ahead`), one write after each commit: small,
+/// so that no commit's fdatasync finds much more than its own data waiting
+/// in the device's cache. Zeroing a whole 64 MiB segment at its creation
+/// gave the open-loop put a p99 of 5.8-47.3 ms against 3.3-6.0 ms without
+/// (docs/decisions/0003-segment-preallocation.md).
 pub const ZERO_STEP_BYTES: u64 = 256 * 1024;
 /// Queue ids and message sequence numbers come from one counter per shard,
 /// one per queue or message: 2^62 of them take 146,000 years at a million

@@ -421,12 +421,13 @@ impl World {
         w.event(format!("seed {seed}: {:?}", w.cfg));
         for i in 0..w.cfg.shards {
             let disk = SimDisk::with_sectors(w.cfg.sectors.0, w.cfg.sectors.1);
+            disk.set_faults(w.base_faults());
             let shard =
                 block_on(Shard::open(disk.clone(), w.shard_cfg(i, 0), w.clock.clone())).expect("fresh shard opens");
             w.slots.push(Slot {
                 disk,
                 shard: Some(Rc::new(shard)),
-                faults: Faults::default(),
+                faults: w.base_faults(),
                 maintaining: Rc::default(),
                 restart_due: None,
                 dead: false,
@@ -444,8 +445,26 @@ impl World {
         c.dead_letter_lease_ms = self.cfg.lease_ms;
         // Half the seeds zero segments ahead of the writer (not drawn from
         // the generator, so every seed keeps the shape it had before).
-        c.zero_ahead = self.seed % 2 == 1;
+        c.zero_ahead = self.zero_ahead();
         c
+    }
+
+    fn zero_ahead(&self) -> bool {
+        self.seed % 2 == 1
+    }
+
+    /// The faults a shard's disk has when none is armed: with zeroing
+    /// ahead, zero writes take 1 to 8 turns, so the writer can rotate into
+    /// a segment with one still in flight.
+    fn base_faults(&self) -> Faults {
+        Faults {
+            zero_write_yields: if self.zero_ahead() {
+                1 + (self.seed / 2 % 8) as u32
+            } else {
+                0
+            },
+            ..Faults::default()
+        }
     }
 
     fn event(&mut self, e: String) {
@@ -1046,12 +1065,9 @@ impl World {
         };
         let disk = match mode {
             Some(m) => self.slots[shard].disk.crash(m),
-            None => {
-                let d = self.slots[shard].disk.clone();
-                d.set_faults(Faults::default());
-                d
-            }
+            None => self.slots[shard].disk.clone(),
         };
+        disk.set_faults(self.base_faults());
         self.event(format!("{} restart s{shard} {mode:?}", self.step));
         if self.cfg.corrupt_at_crash && self.rng.gen_bool(0.4) {
             if let Some(f) = self.corrupt(&disk, true) {
@@ -1071,7 +1087,7 @@ impl World {
         f.read_fault = false;
         f.corrupt_files.retain(|n| files.contains(n));
         self.slots[shard].disk = disk.clone();
-        self.slots[shard].faults = Faults::default();
+        self.slots[shard].faults = self.base_faults();
         let cfg = self.shard_cfg(shard, self.slots[shard].restarts);
         match block_on(Shard::open(disk, cfg, self.clock.clone())) {
             Ok(s) => {

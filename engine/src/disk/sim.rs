@@ -236,8 +236,7 @@ impl SimDisk {
     /// Left out: writes to files since removed, and writes a newer write to
     /// the same file overlaps (a reused file's earlier life): their bytes
     /// are no longer what the file holds there. Also writes past the file's
-    /// end: a crash took them back (never synced, as the zeros written
-    /// ahead into a prepared segment are not) and nothing wrote there since.
+    /// end: the file was cut down since (a discarded segment).
     pub fn writes_newest_first(&self) -> Vec<(String, u64, usize)> {
         let st = self.st.borrow();
         let names: HashMap<u64, &String> = st.live_names.iter().map(|(n, i)| (*i, n)).collect();

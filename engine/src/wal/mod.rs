@@ -875,15 +875,22 @@ impl<D: Disk> Wal<D> {
     async fn write_batch(&self, mut b: Batch) -> Result<u64, String> {
         // A zero write may still be in flight to a segment the writer has
         // just rotated into: it must land before the commit does.
+        let mut waited = false;
         loop {
             let wait = (self.st.borrow().zeroing == Some(b.seg)).then(|| self.zero_done.listen());
             match wait {
                 Some(l) => {
                     self.st.borrow_mut().stats.zero_waits += 1;
+                    waited = true;
                     l.await;
                 }
                 None => break,
             }
+        }
+        // A zero write cancelled in flight poisons the log: it may still
+        // land, so nothing may be written after it.
+        if let Some(why) = self.st.borrow().poisoned.clone().filter(|_| waited) {
+            return Err(why);
         }
         let (file, align) = {
             let st = self.st.borrow();
@@ -1131,82 +1138,111 @@ impl<D: Disk> Wal<D> {
         }
         Ok(())
     }
-    /// Writes zeros into the prepared segment, `ZERO_STEP_BYTES` a write and
-    /// one write per commit, up to where the writer's progress asks for: twice the current
-    /// segment's fill past its first quarter, so the prepared segment is
-    /// all written by the time the current one is three quarters full.
-    /// Its commits are then overwrites (`WalConfig::zero_ahead`). What is
-    /// not zeroed when the writer rotates stays as it was, unwritten
-    /// extents that read as zeros, so this only ever saves time. A failed
-    /// write gives the segment up (the writer's own commits will meet a
-    /// failing device).
+
+    /// Writes zeros into the prepared segment, up to `ZERO_STEP_BYTES` a
+    /// write, towards where the writer's progress asks for when the pass
+    /// begins ([`Wal::zero_target`]): at that pace the prepared segment is
+    /// all written by the time the current one is three quarters full,
+    /// unless commits outgrow the steps (one per commit, so commits of over
+    /// 128 KiB on average leave part of it unwritten). Its commits are then
+    /// overwrites (`WalConfig::zero_ahead`). What is not zeroed when the
+    /// writer rotates stays as it was, unwritten extents that read as
+    /// zeros, so this only ever saves time. A failed write gives the
+    /// segment up (the writer's own commits will meet a failing device).
     pub async fn zero_ahead(&self) -> Result<(), StorageError> {
         if !self.cfg.zero_ahead {
             return Ok(());
         }
-        // A zero write dropped in flight could land at any time, over a
-        // commit once the segment is the writer's: the log stops instead.
-        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
-        impl<D: Disk> Drop for Guard<'_, D> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.poison("a zero write was cancelled in flight".into());
-                }
-            }
-        }
+        // The pass stops where the writer stood when it began: under
+        // steady load the target keeps rising, and the rest of maintenance
+        // (expiry, release, removals) must not wait for a rotation.
+        let target = self.zero_target();
         loop {
-            // One write per commit at most: each fdatasync then carries one
-            // step of zeros beside its own data, not a whole pass's worth
-            // (a commit in flight always ends, or poisons the log).
+            // While commits run, one zero write after each commit ends:
+            // every fdatasync then carries at most one step of zeros beside
+            // its own data, not a burst (a commit in flight always ends, or
+            // poisons the log). With none in flight, back to back.
             let commit = self.st.borrow().committing.then(|| self.changed.listen());
             if let Some(ended) = commit {
                 ended.await;
             }
-            let (file, seq, pos, len) = {
-                let mut st = self.st.borrow_mut();
-                let seg = self.cfg.segment_bytes;
-                let align = st.alignment.max(1);
-                let want = st.tail_end.saturating_sub(seg / 4).saturating_mul(2).min(seg) / align * align;
-                let Some(p) = st
-                    .prepared
-                    .as_ref()
-                    .filter(|_| st.poisoned.is_none() && st.zeroed_to < want)
-                else {
-                    return Ok(());
-                };
-                let len = (want - st.zeroed_to).min(ZERO_STEP_BYTES) / align * align;
-                if len == 0 {
-                    return Ok(());
-                }
-                let job = (p.file.clone(), p.header.seq, st.zeroed_to, len);
-                debug_assert!(job.2 >= SEGMENT_HEADER_LEN, "zeros over a segment header");
-                st.zeroing = Some(job.1);
-                job
+            let Some((file, seq, pos, len)) = self.next_zero_step(target) else {
+                return Ok(());
             };
-            let mut guard = Guard(self, false);
-            let zeros = self.zeros.get(..len as usize).unwrap_or_default();
-            let written = file.write_at(zeros, pos).await;
-            guard.1 = true;
-            let mut st = self.st.borrow_mut();
-            st.zeroing = None;
-            let still = st.prepared.as_ref().is_some_and(|p| p.header.seq == seq);
-            if still {
-                st.zeroed_to = if written.is_ok() {
-                    pos + len
-                } else {
-                    self.cfg.segment_bytes
-                };
-            }
-            if written.is_ok() {
-                st.stats.zeroed_bytes += len;
-            }
-            drop(st);
-            self.zero_done.wake_all();
+            let written = self.write_zeros(&file, pos, len).await;
+            let still = self.zero_step_done(seq, pos, len, written.is_ok());
             written.map_err(|e| StorageError::io(self.disk.describe(&segment_name(seq)), e))?;
             if !still {
                 return Ok(());
             }
         }
+    }
+
+    /// How far the prepared segment should be written by now: twice the
+    /// current segment's fill past its first quarter, aligned down.
+    fn zero_target(&self) -> u64 {
+        let st = self.st.borrow();
+        let seg = self.cfg.segment_bytes;
+        let align = st.alignment.max(1);
+        st.tail_end.saturating_sub(seg / 4).saturating_mul(2).min(seg) / align * align
+    }
+
+    /// The next zero write towards `target`, marked in flight; `None` when
+    /// there is nothing to do (no prepared segment, the log poisoned, the
+    /// target reached).
+    fn next_zero_step(&self, target: u64) -> Option<(Rc<D::File>, u64, u64, u64)> {
+        let mut st = self.st.borrow_mut();
+        let align = st.alignment.max(1);
+        if st.poisoned.is_some() || st.zeroed_to >= target {
+            return None;
+        }
+        let len = (target - st.zeroed_to).min(ZERO_STEP_BYTES) / align * align;
+        let p = st.prepared.as_ref().filter(|_| len > 0)?;
+        let step = (p.file.clone(), p.header.seq, st.zeroed_to, len);
+        assert!(step.2 >= SEGMENT_HEADER_LEN, "zeros over a segment header");
+        st.zeroing = Some(step.1);
+        Some(step)
+    }
+
+    /// One zero write. Dropped in flight, it could still land at any time,
+    /// over a commit once the segment is the writer's: the log is poisoned,
+    /// and a commit waiting for this write then sees that and writes nothing.
+    async fn write_zeros(&self, file: &D::File, pos: u64, len: u64) -> std::io::Result<()> {
+        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
+        impl<D: Disk> Drop for Guard<'_, D> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.poison("a zero write was cancelled in flight".into());
+                    self.0.st.borrow_mut().zeroing = None;
+                    self.0.zero_done.wake_all();
+                }
+            }
+        }
+        let mut guard = Guard(self, false);
+        let zeros = self.zeros.get(..len as usize).unwrap_or_default();
+        let written = file.write_at(zeros, pos).await;
+        guard.1 = true;
+        written
+    }
+
+    /// Books a zero write's end and wakes a commit waiting for it. Returns
+    /// whether segment `seq` is still the prepared one (the writer may have
+    /// rotated into it meanwhile: zeroing stops there). A failed write
+    /// gives the segment up for zeroing.
+    fn zero_step_done(&self, seq: u64, pos: u64, len: u64, ok: bool) -> bool {
+        let mut st = self.st.borrow_mut();
+        debug_assert_eq!(st.zeroing, Some(seq), "the zero write in flight");
+        st.zeroing = None;
+        let still = st.prepared.as_ref().is_some_and(|p| p.header.seq == seq);
+        if still {
+            st.zeroed_to = if ok { pos + len } else { self.cfg.segment_bytes };
+        }
+        if ok {
+            st.stats.zeroed_bytes += len;
+        }
+        drop(st);
+        self.zero_done.wake_all();
+        still
     }
 }
 
