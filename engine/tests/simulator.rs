@@ -958,8 +958,8 @@ impl World {
     /// the segment header are spared: damage to the log's last commit is
     /// indistinguishable from a torn write and is cut like one, the one
     /// documented case where acknowledged data may go (docs/STORAGE_FORMAT.md,
-    /// "Recovery"). Returns the damaged file.
-    fn corrupt(&mut self, disk: &SimDisk, at_crash: bool) -> Option<String> {
+    /// "Recovery"). Returns the damaged file's identity (`SimDisk::file_id`).
+    fn corrupt(&mut self, disk: &SimDisk, at_crash: bool) -> Option<u64> {
         let mut recent = 0;
         let candidates: Vec<(String, u64, usize)> = disk
             .writes_newest_first()
@@ -1019,7 +1019,7 @@ impl World {
         };
         self.stats.corruptions += 1;
         self.event(format!("{} corrupt {name}: {desc}", self.step));
-        Some(name)
+        disk.file_id(&name)
     }
 
     /// Power loss or kill of one shard, then a restart on what the disk kept.
@@ -1080,7 +1080,7 @@ impl World {
             self.check.clock_set(self.now());
             self.event(format!("{} clock -{back}", self.step));
         }
-        let files = disk.file_names();
+        let files: Vec<u64> = disk.file_names().iter().filter_map(|n| disk.file_id(n)).collect();
         let f = &mut self.check.faults[shard];
         f.poison = false;
         f.no_space = false;

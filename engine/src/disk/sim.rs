@@ -266,6 +266,13 @@ impl SimDisk {
         st.live_names.get(name).map(|i| st.inodes[i].live.clone())
     }
 
+    /// The identity of the file `name` names now: kept by a rename and by
+    /// [`SimDisk::crash`], so damage to a file can be followed when the
+    /// engine renames it (a spare or discard taken up as a segment).
+    pub fn file_id(&self, name: &str) -> Option<u64> {
+        self.st.borrow().live_names.get(name).copied()
+    }
+
     pub fn file_names(&self) -> Vec<String> {
         self.st.borrow().live_names.keys().cloned().collect()
     }

@@ -530,8 +530,9 @@ pub struct ShardFaults {
     pub no_space: bool,
     /// A transient read fault was armed since this instance opened.
     pub read_fault: bool,
-    /// Files of the shard that hold injected corruption.
-    pub corrupt_files: BTreeSet<String>,
+    /// Files of the shard that hold injected corruption, by identity
+    /// (`SimDisk::file_id`): the engine may rename one after the damage.
+    pub corrupt_files: BTreeSet<u64>,
 }
 
 impl ShardFaults {
@@ -1795,7 +1796,9 @@ impl Checker {
                 (*step == c).then(|| keys.contains(&mk))
             };
             let Some(home) = found(putno, &m.q) else { continue };
-            let moved = match self.targets.get(&m.q) {
+            // A dead-letter queue no request ever named (a mover's put
+            // names it too) holds no copy, and the checker has no facts on it.
+            let moved = match self.targets.get(&m.q).filter(|dlq| self.queues.contains_key(*dlq)) {
                 Some(dlq) => match found(putno | COPY, dlq) {
                     Some(f) => f,
                     None => continue,
