@@ -958,8 +958,12 @@ impl World {
     /// the segment header are spared: damage to the log's last commit is
     /// indistinguishable from a torn write and is cut like one, the one
     /// documented case where acknowledged data may go (docs/STORAGE_FORMAT.md,
-    /// "Recovery"). Returns the damaged file's identity (`SimDisk::file_id`).
-    fn corrupt(&mut self, disk: &SimDisk, at_crash: bool) -> Option<u64> {
+    /// "Recovery"). Returns the damage done (see `ShardFaults::corrupt_files`).
+    fn corrupt(&mut self, disk: &SimDisk, at_crash: bool) -> Vec<(u64, usize, u64, u64)> {
+        self.corrupt_some(disk, at_crash).unwrap_or_default()
+    }
+
+    fn corrupt_some(&mut self, disk: &SimDisk, at_crash: bool) -> Option<Vec<(u64, usize, u64, u64)>> {
         let mut recent = 0;
         let candidates: Vec<(String, u64, usize)> = disk
             .writes_newest_first()
@@ -982,22 +986,27 @@ impl World {
             candidates[self.rng.gen_range(0..candidates.len())].clone()
         };
         let logical = disk.sectors().0;
+        let (id, mark) = (disk.file_id(&name)?, disk.write_mark());
         let kinds = if at_crash { 4 } else { 2 };
+        let mut damaged = Vec::new();
         let desc = match self.rng.gen_range(0..kinds) {
             0 => {
                 let at = pos + self.rng.gen_range(0..len as u64);
                 let bit = 1u8 << self.rng.gen_range(0..8);
                 disk.corrupt(&name, at, bit);
+                damaged.push((at, 1));
                 format!("bit flip at {at}")
             }
             1 => {
                 let sectors = (len as u64 / logical).max(1);
                 let at = pos + self.rng.gen_range(0..sectors) * logical;
                 disk.overwrite(&name, at, &vec![0u8; logical as usize]);
+                damaged.push((at, logical));
                 format!("sector at {at} reads as zeros")
             }
             2 => {
                 disk.overwrite(&name, pos, &vec![0u8; len]);
+                damaged.push((pos, len as u64));
                 format!("write of {len} at {pos} lost")
             }
             _ => {
@@ -1014,12 +1023,13 @@ impl World {
                 let target = *others.get(self.rng.gen_range(0..others.len().max(1)))?;
                 disk.overwrite(&name, pos, &vec![0u8; len]);
                 disk.overwrite(&name, target, &data);
+                damaged.extend([(pos, len as u64), (target, len as u64)]);
                 format!("write of {len} for {pos} landed at {target}")
             }
         };
         self.stats.corruptions += 1;
         self.event(format!("{} corrupt {name}: {desc}", self.step));
-        disk.file_id(&name)
+        Some(damaged.into_iter().map(|(pos, len)| (id, mark, pos, len)).collect())
     }
 
     /// Power loss or kill of one shard, then a restart on what the disk kept.
@@ -1070,9 +1080,8 @@ impl World {
         disk.set_faults(self.base_faults());
         self.event(format!("{} restart s{shard} {mode:?}", self.step));
         if self.cfg.corrupt_at_crash && self.rng.gen_bool(0.4) {
-            if let Some(f) = self.corrupt(&disk, true) {
-                self.check.faults[shard].corrupt_files.insert(f);
-            }
+            let damage = self.corrupt(&disk, true);
+            self.check.faults[shard].corrupt_files.extend(damage);
         }
         if self.cfg.clock_back && self.rng.gen_bool(0.3) {
             let back = self.rng.gen_range(0..600_000).min(self.now() - T0);
@@ -1085,7 +1094,8 @@ impl World {
         f.poison = false;
         f.no_space = false;
         f.read_fault = false;
-        f.corrupt_files.retain(|n| files.contains(n));
+        f.corrupt_files
+            .retain(|&(id, mark, pos, len)| files.contains(&id) && !disk.overwritten_since(id, mark, pos, len));
         self.slots[shard].disk = disk.clone();
         self.slots[shard].faults = self.base_faults();
         let cfg = self.shard_cfg(shard, self.slots[shard].restarts);
@@ -1222,9 +1232,8 @@ impl World {
                 let s = self.rng.gen_range(0..self.cfg.shards);
                 if !self.slots[s].dead {
                     let disk = self.slots[s].disk.clone();
-                    if let Some(f) = self.corrupt(&disk, false) {
-                        self.check.faults[s].corrupt_files.insert(f);
-                    }
+                    let damage = self.corrupt(&disk, false);
+                    self.check.faults[s].corrupt_files.extend(damage);
                 }
             }
             false

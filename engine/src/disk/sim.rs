@@ -273,6 +273,23 @@ impl SimDisk {
         self.st.borrow().live_names.get(name).copied()
     }
 
+    /// How many writes the disk has seen: a mark for
+    /// [`SimDisk::overwritten_since`].
+    pub fn write_mark(&self) -> usize {
+        self.st.borrow().writes.len()
+    }
+
+    /// Whether one write after `mark` to file `id` covered all of
+    /// `pos..pos + len`: damage injected there since is gone.
+    pub fn overwritten_since(&self, id: u64, mark: usize, pos: u64, len: u64) -> bool {
+        let st = self.st.borrow();
+        st.writes
+            .get(mark..)
+            .unwrap_or_default()
+            .iter()
+            .any(|&(ino, p, l)| ino == id && p <= pos && pos + len <= p + l as u64)
+    }
+
     pub fn file_names(&self) -> Vec<String> {
         self.st.borrow().live_names.keys().cloned().collect()
     }

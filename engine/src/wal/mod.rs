@@ -1193,7 +1193,9 @@ impl<D: Disk> Wal<D> {
     fn next_zero_step(&self, target: u64) -> Option<(Rc<D::File>, u64, u64, u64)> {
         let mut st = self.st.borrow_mut();
         let align = st.alignment.max(1);
-        if st.poisoned.is_some() || st.zeroed_to >= target {
+        // One zero write at a time: `zeroing` names one segment, and the
+        // commit's wait relies on it (maintenance runs one pass at a time).
+        if st.poisoned.is_some() || st.zeroing.is_some() || st.zeroed_to >= target {
             return None;
         }
         let len = (target - st.zeroed_to).min(ZERO_STEP_BYTES) / align * align;

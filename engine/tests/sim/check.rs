@@ -530,9 +530,12 @@ pub struct ShardFaults {
     pub no_space: bool,
     /// A transient read fault was armed since this instance opened.
     pub read_fault: bool,
-    /// Files of the shard that hold injected corruption, by identity
-    /// (`SimDisk::file_id`): the engine may rename one after the damage.
-    pub corrupt_files: BTreeSet<u64>,
+    /// Damage injected into the shard's files: the file's identity
+    /// (`SimDisk::file_id`: the engine may rename it after the damage), the
+    /// disk's write mark then, and the damaged bytes' offset and length.
+    /// Forgotten at a restart once a later write covered them
+    /// (`SimDisk::overwritten_since`): a reused file's new life is clean.
+    pub corrupt_files: BTreeSet<(u64, usize, u64, u64)>,
 }
 
 impl ShardFaults {
