@@ -302,7 +302,7 @@ pub struct Wal<D: Disk> {
     /// Fired when a zero write ends: a commit into that segment waits for it.
     zero_done: Wakeups,
     /// `ZERO_STEP_BYTES` of zeros when `cfg.zero_ahead`, else empty.
-    zeros: Rc<[u8]>,
+    zeros: Box<[u8]>,
 }
 
 impl<D: Disk> Wal<D> {
@@ -348,11 +348,7 @@ impl<D: Disk> Wal<D> {
             changed: Wakeups::default(),
             next_leader: Wakeups::default(),
             zero_done: Wakeups::default(),
-            zeros: if cfg.zero_ahead {
-                Rc::from(vec![0u8; ZERO_STEP_BYTES as usize])
-            } else {
-                Rc::from(Vec::new())
-            },
+            zeros: vec![0u8; if cfg.zero_ahead { ZERO_STEP_BYTES as usize } else { 0 }].into_boxed_slice(),
         };
         wal.adopt_spares(rec.next_lsn == 1).await?;
         // Every start writes into a segment of its own: a recovered segment is
