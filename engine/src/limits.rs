@@ -192,3 +192,9 @@ pub const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(50
 /// Messages released per maintenance pass after Clear Messages or Delete
 /// Queue: a millisecond or two of work, then the core serves others.
 pub const RELEASE_SLICE: usize = 4096;
+
+/// Messages a compaction rewrite looks at before it lets other tasks run.
+/// Finding a segment's live messages reads every message of the shard
+/// (17 ms for about 400k at once, the commits waiting behind it: see
+/// docs/benchmarks.md, "A rewrite's scan in slices").
+pub const REWRITE_SCAN_SLICE: usize = 8192;

@@ -146,6 +146,11 @@ impl Cleared {
         self.messages.values()
     }
 
+    /// The messages from sequence number `seq` on, in order.
+    pub fn messages_from(&self, seq: u64) -> impl Iterator<Item = &Message> {
+        self.messages.range(seq..).map(|(_, m)| m)
+    }
+
     pub fn len(&self) -> usize {
         self.messages.len()
     }
@@ -241,6 +246,11 @@ impl Queue {
 
     pub fn messages(&self) -> impl Iterator<Item = &Message> {
         self.messages.values()
+    }
+
+    /// The messages from sequence number `seq` on, in order.
+    pub fn messages_from(&self, seq: u64) -> impl Iterator<Item = &Message> {
+        self.messages.range(seq..).map(|(_, m)| m)
     }
 
     /// Inserts or replaces a message; returns the replaced one.

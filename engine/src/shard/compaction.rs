@@ -173,6 +173,54 @@ impl<D: Disk> Shard<D> {
         (mostly_dead || bloated).then_some(oldest.seq)
     }
 
+    /// The live messages whose bodies are in `seg`, by queue and sequence
+    /// number. Every message of the shard is looked at, so the scan lets
+    /// the executor poll its I/O after each `rewrite_scan_slice` messages:
+    /// in one go it held the core for 17 ms at 400k messages, and every
+    /// commit with it. Between slices messages come and go, which the result survives:
+    /// a new message is never in `seg` (sealed: nothing is written to it
+    /// again), and one deleted or moved since is skipped by the rewrite's
+    /// own check of each message.
+    async fn messages_in(&self, seg: u64) -> Vec<(u64, u64, BodyLoc)> {
+        let mut qids: Vec<u64> = self.st.borrow().queues.keys().copied().collect();
+        qids.sort_unstable();
+        let mut found = Vec::new();
+        // `validate` refuses 0, which would never move past a message.
+        let slice = self.cfg.rewrite_scan_slice.max(1);
+        let mut budget = slice;
+        for qid in qids {
+            let mut from = 0;
+            loop {
+                // Where this queue's scan stopped with the slice spent.
+                let stopped_at = {
+                    let st = self.st.borrow();
+                    let Some(q) = st.queues.get(&qid) else { break };
+                    let mut stopped_at = None;
+                    for m in q.messages_from(from) {
+                        if budget == 0 {
+                            stopped_at = Some(m.seq);
+                            break;
+                        }
+                        budget = budget.saturating_sub(1);
+                        if m.body.seg == seg {
+                            found.push((qid, m.seq, m.body));
+                        }
+                    }
+                    stopped_at
+                };
+                if budget == 0 {
+                    budget = slice;
+                    self.clock.pause_for_io().await;
+                }
+                match stopped_at {
+                    Some(seq) => from = seq,
+                    None => break,
+                }
+            }
+        }
+        found
+    }
+
     /// Rewrites every live record of `seg` at the head of the log.
     async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
         self.wal.reserve(self.now()).await?;
@@ -198,19 +246,7 @@ impl<D: Disk> Shard<D> {
             write_definition(&self.wal, q, true)?;
             rewritten += 1;
         }
-        let mut msgs: Vec<(u64, u64, BodyLoc)> = {
-            let st = self.st.borrow();
-            st.queues
-                .values()
-                .flat_map(|q| {
-                    q.messages()
-                        .filter(|m| m.body.seg == seg)
-                        .map(move |m| (q.qid, m.seq, m.body))
-                })
-                .collect()
-        };
-        msgs.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
-        for (qid, seq, loc) in msgs {
+        for (qid, seq, loc) in self.messages_in(seg).await {
             let Some(src) = self.source_of(loc) else { continue };
             // Never rewrite what could not be verified: a corrupt body would
             // be laundered under a fresh checksum and the evidence deleted.
@@ -258,5 +294,59 @@ impl<D: Disk> Shard<D> {
             }
             _ => Ok(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::disk::sim::SimDisk;
+    use futures::executor::block_on;
+
+    /// The sliced scan finds what one pass over every message finds, for
+    /// every segment and slice size, with slices ending inside a queue, at
+    /// a queue's end, and across empty queues.
+    #[test]
+    fn the_sliced_scan_finds_what_one_pass_finds() {
+        block_on(async {
+            let clock = Rc::new(ManualClock::new(1_800_000_000_000));
+            let mut cfg = ShardConfig::new(0);
+            cfg.segment_bytes = MIN_SEGMENT_BYTES;
+            let mut s = Shard::open(SimDisk::new(), cfg, clock).await.unwrap();
+            let text = "t".repeat(3000);
+            for (q, n) in [("qa1", 40), ("empty", 0), ("qb1", 7), ("qc1", 1), ("qd1", 90)] {
+                s.create_queue("acct", q, Metadata::default()).await.unwrap();
+                for _ in 0..n {
+                    s.put_message("acct", q, text.clone(), None, None).await.unwrap();
+                }
+            }
+            let segs: Vec<u64> = s.segment_stats().iter().map(|x| x.seq).collect();
+            assert!(segs.len() > 3, "the test needs several segments");
+            let one_pass = |s: &Shard<SimDisk>, seg: u64| {
+                let st = s.st.borrow();
+                let mut all: Vec<(u64, u64, BodyLoc)> = st
+                    .queues
+                    .values()
+                    .flat_map(|q| {
+                        q.messages()
+                            .filter(|m| m.body.seg == seg)
+                            .map(move |m| (q.qid, m.seq, m.body))
+                    })
+                    .collect();
+                all.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
+                all
+            };
+            for slice in [1, 2, 3, 7, 40, 41, 1000] {
+                s.cfg.rewrite_scan_slice = slice;
+                for &seg in &segs {
+                    assert_eq!(
+                        s.messages_in(seg).await,
+                        one_pass(&s, seg),
+                        "segment {seg}, slice {slice}"
+                    );
+                }
+            }
+        });
     }
 }

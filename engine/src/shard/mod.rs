@@ -70,6 +70,10 @@ pub struct ShardConfig {
     pub max_message_bytes: usize,
     /// Zero the next WAL segment ahead of the writer (`WalConfig::zero_ahead`).
     pub zero_ahead: bool,
+    /// Messages a compaction rewrite's scan looks at between pauses
+    /// (`REWRITE_SCAN_SLICE`; the simulator makes it small, so requests
+    /// run in the middle of scans). At least 1.
+    pub rewrite_scan_slice: usize,
 }
 
 impl ShardConfig {
@@ -85,12 +89,16 @@ impl ShardConfig {
             dead_letter_lease_ms: DEAD_LETTER_LEASE_SECS as u64 * 1000,
             max_message_bytes: MAX_MESSAGE_BYTES,
             zero_ahead: false,
+            rewrite_scan_slice: REWRITE_SCAN_SLICE,
         }
     }
 
     /// Refuses a configuration the log cannot serve: a message size above
     /// the ceiling, or segments too small for the largest record.
     pub fn validate(&self) -> Result<(), String> {
+        if self.rewrite_scan_slice == 0 {
+            return Err("a rewrite's scan slice must be at least one message".into());
+        }
         if !(1..=MAX_MESSAGE_BYTES_CEILING).contains(&self.max_message_bytes) {
             return Err(format!(
                 "the message size limit must be 1 to {MAX_MESSAGE_BYTES_CEILING} bytes, not {}",
