@@ -239,3 +239,40 @@ fn requests_between_a_rewrites_scan_slices_lose_nothing() {
     });
     assert_eq!(texts(&s2), before);
 }
+
+/// A deleted queue spanning many segments costs one rewrite that moves
+/// nothing, not one per maintenance pass of its release: each such try
+/// scans every live message of the shard (docs/benchmarks.md, "A
+/// rewrite's scan in slices"). After the release the deleted queue's
+/// segments are all gone, and the live queue is whole.
+#[test]
+fn a_deleted_queue_costs_one_futile_rewrite() {
+    use engine::limits::RELEASE_SLICE;
+    let (_disk, _clock, s) = fresh();
+    let texts = |k: usize| (0..k).map(|i| format!("{i:0>200}")).collect::<Vec<_>>();
+    let mut futile = 0;
+    block_on(async {
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        s.create_queue(ACCT, "live", Metadata::default()).await.unwrap();
+        for _ in 0..8 * RELEASE_SLICE / 32 {
+            s.put_messages(ACCT, "gone", texts(32), None, None).await.unwrap();
+        }
+        for _ in 0..4 {
+            s.put_messages(ACCT, "live", texts(32), None, Some(-1)).await.unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+        assert!(s.segment_stats().len() > 20, "the test needs many segments");
+        // The release takes eight passes, each ending inside a segment.
+        for _ in 0..12 {
+            futile += s.maintenance().await.unwrap().futile_rewrites;
+        }
+    });
+    assert!(futile <= 1, "{futile} futile rewrites");
+    assert!(
+        s.segment_stats().len() <= 3,
+        "{} segments left",
+        s.segment_stats().len()
+    );
+    let dump = block_on(s.dump()).unwrap();
+    assert_eq!(dump[&(ACCT.to_string(), "live".to_string())].messages.len(), 128);
+}

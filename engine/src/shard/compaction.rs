@@ -62,7 +62,10 @@ impl<D: Disk> Shard<D> {
                 // Records still pinned by cleared messages not yet released
                 // cannot be moved; stop, and leave the segment to die.
                 if rewritten == 0 {
+                    report.futile_rewrites += 1;
                     self.futile_rewrite.set(Some(seg));
+                    let pending: u64 = self.st.borrow().cleared.iter().map(|c| c.len() as u64).sum();
+                    self.rewrites_resume_at.set(self.released.get().saturating_add(pending));
                     break;
                 }
             }
@@ -139,6 +142,8 @@ impl<D: Disk> Shard<D> {
             let Some(c) = st.cleared.front_mut() else { return };
             let released = c.pop_some(budget);
             budget = budget.saturating_sub(released.len().max(1));
+            self.released
+                .set(self.released.get().saturating_add(released.len() as u64));
             for m in released {
                 self.unpin_message(&m);
             }
@@ -158,10 +163,18 @@ impl<D: Disk> Shard<D> {
     /// message each pass to find nothing, for the seconds a deleted queue
     /// of 650k messages took to release, holding the core for milliseconds
     /// each time (docs/benchmarks.md, "The open loop after a deleted queue").
+    ///
+    /// Nor any segment until the messages awaiting release when a rewrite
+    /// last moved nothing have all been released. A deleted queue's next
+    /// segment is the oldest as soon as the one before dies, and would be
+    /// tried in vain in turn: one scan of every live message per segment
+    /// of the deleted queue (docs/benchmarks.md, "A rewrite's scan in
+    /// slices"). The wait is bounded by that backlog, released oldest
+    /// first, so clears that come later cannot extend it.
     fn rewrite_candidate(&self) -> Option<u64> {
         let stats = self.wal.segment_stats();
         let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
-        if self.futile_rewrite.get() == Some(oldest.seq) {
+        if self.futile_rewrite.get() == Some(oldest.seq) || self.released.get() < self.rewrites_resume_at.get() {
             return None;
         }
         let total: u64 = stats.iter().map(|s| s.bytes).sum();
