@@ -146,11 +146,6 @@ impl Cleared {
         self.messages.values()
     }
 
-    /// The messages from sequence number `seq` on, in order.
-    pub fn messages_from(&self, seq: u64) -> impl Iterator<Item = &Message> {
-        self.messages.range(seq..).map(|(_, m)| m)
-    }
-
     pub fn len(&self) -> usize {
         self.messages.len()
     }
@@ -186,6 +181,12 @@ pub struct Queue {
     foreign_ids: BTreeMap<Uuid, u64>,
     visibility: VisibilityIndex,
     expiry: BTreeSet<(u64, u64)>,
+    /// No message of this queue has its body in a segment below this one.
+    /// A lower bound: lowered as bodies are indexed, never raised by a
+    /// removal, and set to the exact minimum by a compaction scan
+    /// ([`Queue::set_body_seg_floor`]), so that scans for an old segment
+    /// skip the queues that cannot hold any of it.
+    body_seg_floor: u64,
 }
 
 impl Queue {
@@ -204,6 +205,7 @@ impl Queue {
             messages: BTreeMap::new(),
             foreign_ids: BTreeMap::new(),
             visibility: VisibilityIndex::default(),
+            body_seg_floor: u64::MAX,
             expiry: BTreeSet::new(),
         }
     }
@@ -253,6 +255,28 @@ impl Queue {
         self.messages.range(seq..).map(|(_, m)| m)
     }
 
+    /// The queue's floor: no message's body is in a segment below it.
+    pub fn body_seg_floor(&self) -> u64 {
+        self.body_seg_floor
+    }
+
+    /// Raises the floor to `min`, the lowest body segment a scan of every
+    /// message found (`u64::MAX` for none). Bodies only ever move to the
+    /// log's head, so a minimum seen over a scan with pauses is still a
+    /// lower bound when it ends.
+    pub fn set_body_seg_floor(&mut self, min: u64) {
+        debug_assert!(
+            min >= self.body_seg_floor,
+            "floor {} lowered to {min}",
+            self.body_seg_floor
+        );
+        debug_assert!(
+            self.messages.values().all(|m| m.body.seg >= min),
+            "floor {min} above a message's body"
+        );
+        self.body_seg_floor = self.body_seg_floor.max(min);
+    }
+
     /// Inserts or replaces a message; returns the replaced one.
     pub fn upsert(&mut self, m: Message) -> Option<Message> {
         let old = self.remove(m.seq);
@@ -277,6 +301,7 @@ impl Queue {
         if Self::is_foreign(&m) {
             self.foreign_ids.insert(m.id, m.seq);
         }
+        self.body_seg_floor = self.body_seg_floor.min(m.body.seg);
         let seq = m.seq;
         let replaced = self.messages.insert(seq, m);
         assert!(replaced.is_none(), "message {seq} indexed over another");
@@ -318,6 +343,7 @@ impl Queue {
     }
 
     pub fn set_body(&mut self, seq: u64, body: BodyLoc) {
+        self.body_seg_floor = self.body_seg_floor.min(body.seg);
         self.messages.get_mut(&seq).expect("message exists").body = body;
     }
 

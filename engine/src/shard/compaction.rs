@@ -57,15 +57,14 @@ impl<D: Disk> Shard<D> {
                     continue;
                 }
                 let Some(seg) = self.rewrite_candidate() else { break };
-                let rewritten = self.rewrite_segment(seg).await?;
+                let (rewritten, scanned) = self.rewrite_segment(seg).await?;
+                report.messages_scanned += scanned;
                 report.records_rewritten += rewritten;
                 // Records still pinned by cleared messages not yet released
                 // cannot be moved; stop, and leave the segment to die.
                 if rewritten == 0 {
                     report.futile_rewrites += 1;
                     self.futile_rewrite.set(Some(seg));
-                    let pending: u64 = self.st.borrow().cleared.iter().map(|c| c.len() as u64).sum();
-                    self.rewrites_resume_at.set(self.released.get().saturating_add(pending));
                     break;
                 }
             }
@@ -142,8 +141,6 @@ impl<D: Disk> Shard<D> {
             let Some(c) = st.cleared.front_mut() else { return };
             let released = c.pop_some(budget);
             budget = budget.saturating_sub(released.len().max(1));
-            self.released
-                .set(self.released.get().saturating_add(released.len() as u64));
             for m in released {
                 self.unpin_message(&m);
             }
@@ -163,18 +160,10 @@ impl<D: Disk> Shard<D> {
     /// message each pass to find nothing, for the seconds a deleted queue
     /// of 650k messages took to release, holding the core for milliseconds
     /// each time (docs/benchmarks.md, "The open loop after a deleted queue").
-    ///
-    /// Nor any segment until the messages awaiting release when a rewrite
-    /// last moved nothing have all been released. A deleted queue's next
-    /// segment is the oldest as soon as the one before dies, and would be
-    /// tried in vain in turn: one scan of every live message per segment
-    /// of the deleted queue (docs/benchmarks.md, "A rewrite's scan in
-    /// slices"). The wait is bounded by that backlog, released oldest
-    /// first, so clears that come later cannot extend it.
     fn rewrite_candidate(&self) -> Option<u64> {
         let stats = self.wal.segment_stats();
         let oldest = stats.first().filter(|s| s.sealed && s.live_records > 0)?;
-        if self.futile_rewrite.get() == Some(oldest.seq) || self.released.get() < self.rewrites_resume_at.get() {
+        if self.futile_rewrite.get() == Some(oldest.seq) {
             return None;
         }
         let total: u64 = stats.iter().map(|s| s.bytes).sum();
@@ -194,20 +183,31 @@ impl<D: Disk> Shard<D> {
     /// a new message is never in `seg` (sealed: nothing is written to it
     /// again), and one deleted or moved since is skipped by the rewrite's
     /// own check of each message.
-    async fn messages_in(&self, seg: u64) -> Vec<(u64, u64, BodyLoc)> {
-        let mut qids: Vec<u64> = self.st.borrow().queues.keys().copied().collect();
+    async fn messages_in(&self, seg: u64) -> (Vec<(u64, u64, BodyLoc)>, u64) {
+        // Only the queues whose floor admits a body in `seg`: after a
+        // deleted queue, whose segments are each tried once as they become
+        // the oldest, the live queues written after it are skipped whole.
+        let mut qids: Vec<u64> = {
+            let st = self.st.borrow();
+            st.queues
+                .values()
+                .filter(|q| q.body_seg_floor() <= seg)
+                .map(|q| q.qid)
+                .collect()
+        };
         qids.sort_unstable();
         let mut found = Vec::new();
+        let mut scanned = 0u64;
         // `validate` refuses 0, which would never move past a message.
         let slice = self.cfg.rewrite_scan_slice.max(1);
         let mut budget = slice;
         for qid in qids {
-            let mut from = 0;
+            let (mut from, mut lowest) = (0, u64::MAX);
             loop {
                 // Where this queue's scan stopped with the slice spent.
                 let stopped_at = {
-                    let st = self.st.borrow();
-                    let Some(q) = st.queues.get(&qid) else { break };
+                    let mut st = self.st.borrow_mut();
+                    let Some(q) = st.queues.get_mut(&qid) else { break };
                     let mut stopped_at = None;
                     for m in q.messages_from(from) {
                         if budget == 0 {
@@ -215,9 +215,16 @@ impl<D: Disk> Shard<D> {
                             break;
                         }
                         budget = budget.saturating_sub(1);
+                        scanned = scanned.saturating_add(1);
+                        lowest = lowest.min(m.body.seg);
                         if m.body.seg == seg {
                             found.push((qid, m.seq, m.body));
                         }
+                    }
+                    if stopped_at.is_none() {
+                        // The whole queue seen: `lowest` bounds every body
+                        // it holds now, since bodies only move to the head.
+                        q.set_body_seg_floor(lowest);
                     }
                     stopped_at
                 };
@@ -231,11 +238,12 @@ impl<D: Disk> Shard<D> {
                 }
             }
         }
-        found
+        (found, scanned)
     }
 
     /// Rewrites every live record of `seg` at the head of the log.
-    async fn rewrite_segment(&self, seg: u64) -> Result<u64, StorageError> {
+    /// Returns the records rewritten and the messages its scan looked at.
+    async fn rewrite_segment(&self, seg: u64) -> Result<(u64, u64), StorageError> {
         self.wal.reserve(self.now()).await?;
         let mut rewritten = self.rewrite_clock(seg)?;
         // Queue definitions first: they are small and need no reads.
@@ -259,7 +267,8 @@ impl<D: Disk> Shard<D> {
             write_definition(&self.wal, q, true)?;
             rewritten += 1;
         }
-        for (qid, seq, loc) in self.messages_in(seg).await {
+        let (found, scanned) = self.messages_in(seg).await;
+        for (qid, seq, loc) in found {
             let Some(src) = self.source_of(loc) else { continue };
             // Never rewrite what could not be verified: a corrupt body would
             // be laundered under a fresh checksum and the evidence deleted.
@@ -292,7 +301,7 @@ impl<D: Disk> Shard<D> {
             rewritten += 1;
         }
         self.wal.wait_durable(self.wal.last_lsn()).await?;
-        Ok(rewritten)
+        Ok((rewritten, scanned))
     }
 
     /// Rewrites the shard's CLOCK record at the head of the log if it sits in
@@ -350,14 +359,27 @@ mod tests {
                 all.sort_unstable_by_key(|&(qid, seq, _)| (qid, seq));
                 all
             };
-            for slice in [1, 2, 3, 7, 40, 41, 1000] {
-                s.cfg.rewrite_scan_slice = slice;
-                for &seg in &segs {
-                    assert_eq!(
-                        s.messages_in(seg).await,
-                        one_pass(&s, seg),
-                        "segment {seg}, slice {slice}"
-                    );
+            // Twice per slice size: the first scans set the queues' floors,
+            // the second skips queues by them; then again with the oldest
+            // messages deleted, so floors are stale until scanned.
+            for round in 0..2 {
+                if round == 1 {
+                    for q in ["qa1", "qd1"] {
+                        for m in s.get_messages("acct", q, Some(32), None).await.unwrap() {
+                            s.delete_message("acct", q, &m.id.to_string(), &m.pop_receipt)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                }
+                for slice in [1, 2, 3, 7, 40, 41, 1000] {
+                    s.cfg.rewrite_scan_slice = slice;
+                    for _ in 0..2 {
+                        for &seg in &segs {
+                            let want = one_pass(&s, seg);
+                            assert_eq!(s.messages_in(seg).await.0, want, "segment {seg}, slice {slice}");
+                        }
+                    }
                 }
             }
         });

@@ -184,6 +184,8 @@ pub struct MaintenanceReport {
     /// Rewrites that moved nothing: their segment's live records all wait
     /// for the release of cleared messages (`rewrite_candidate`).
     pub futile_rewrites: u64,
+    /// Messages the rewrites' scans looked at (`messages_in`).
+    pub messages_scanned: u64,
 }
 
 /// A full, canonical view of one queue, for tests and tools.
@@ -418,10 +420,6 @@ pub struct Shard<D: Disk> {
     compacting: Cell<bool>,
     /// The segment whose last rewrite moved nothing (`rewrite_candidate`).
     futile_rewrite: Cell<Option<u64>>,
-    /// Cleared messages released so far (`release_cleared_slice`), and the
-    /// count at which rewrites may be tried again after one moved nothing.
-    released: Cell<u64>,
-    rewrites_resume_at: Cell<u64>,
     /// Pop-receipt nonces: 64 bits each from a CSPRNG, so a receipt cannot
     /// be derived from another one or from a message id.
     rng: RefCell<StdRng>,
@@ -522,8 +520,6 @@ impl<D: Disk> Shard<D> {
             recovery: report,
             compacting: Cell::new(false),
             futile_rewrite: Cell::new(None),
-            released: Cell::new(0),
-            rewrites_resume_at: Cell::new(0),
             rng: RefCell::new(match cfg.rng_seed {
                 Some(seed) => StdRng::seed_from_u64(seed),
                 None => StdRng::from_entropy(),
