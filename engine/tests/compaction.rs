@@ -287,7 +287,7 @@ fn a_deleted_queues_segments_are_tried_without_reading_later_queues() {
     // floors every futile try read all 1,024.
     assert!(
         scanned <= 1024,
-        "{scanned} messages scanned in {futile} futile rewrites"
+        "{scanned} messages scanned by the rewrites of 12 passes, {futile} of them futile"
     );
     assert!(
         s.segment_stats().len() <= 4,
@@ -329,7 +329,8 @@ fn a_deleted_queue_mixed_with_a_live_one_is_freed_as_it_is_released() {
     assert!(counts[0] > 20, "the test needs many segments");
     // Half-way through the release, about half of the log is gone.
     assert!(counts[4] * 10 <= counts[0] * 7, "segments by pass: {counts:?}");
-    assert!(rewritten > 0, "the live messages were never moved");
+    // The live messages, not only the queues' definitions, were moved.
+    assert!(rewritten >= 256, "{rewritten} records rewritten");
     assert!(counts[12] <= 3, "segments by pass: {counts:?}");
     let dump = block_on(s.dump()).unwrap();
     assert_eq!(

@@ -1167,6 +1167,9 @@ impl World {
             if cached * ENTRY_OVERHEAD > self.cfg.cache_bytes {
                 bad.push(format!("the body cache holds {cached} bodies, over its byte bound"));
             }
+            for q in s.queues_below_their_floor() {
+                bad.push(format!("queue {q}: a body lies below the queue's segment floor"));
+            }
             for b in bad {
                 self.check
                     .violations

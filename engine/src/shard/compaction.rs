@@ -176,7 +176,8 @@ impl<D: Disk> Shard<D> {
     }
 
     /// The live messages whose bodies are in `seg`, by queue and sequence
-    /// number. Every message of the shard is looked at, so the scan lets
+    /// number. Every message of the queues whose floor admits `seg` is
+    /// looked at, so the scan lets
     /// the executor poll its I/O after each `rewrite_scan_slice` messages:
     /// in one go it held the core for 17 ms at 400k messages, and every
     /// commit with it. Between slices messages come and go, which the result survives:

@@ -1497,6 +1497,21 @@ impl<D: Disk> Shard<D> {
 
     /// Every queue with every message and its text, in canonical order.
     /// Reads bodies from disk; meant for tests and tools, not the hot path.
+    /// The queues whose body-segment floor is above one of their bodies
+    /// (`Queue::body_seg_floor`). Linear in the messages; for the simulator,
+    /// which checks it in release builds too.
+    pub fn queues_below_their_floor(&self) -> Vec<String> {
+        let st = self.st.borrow();
+        let mut bad: Vec<String> = st
+            .queues
+            .values()
+            .filter(|q| !q.floor_holds())
+            .map(|q| format!("{}/{}", q.account, q.name))
+            .collect();
+        bad.sort_unstable();
+        bad
+    }
+
     pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
         self.settle(self.wal.last_lsn()).await?;
         let now = self.now();
