@@ -177,13 +177,12 @@ impl<D: Disk> Shard<D> {
 
     /// The live messages whose bodies are in `seg`, by queue and sequence
     /// number. Every message of the queues whose floor admits `seg` is
-    /// looked at, so the scan lets
-    /// the executor poll its I/O after each `rewrite_scan_slice` messages:
-    /// in one go it held the core for 17 ms at 400k messages, and every
-    /// commit with it. Between slices messages come and go, which the result survives:
-    /// a new message is never in `seg` (sealed: nothing is written to it
-    /// again), and one deleted or moved since is skipped by the rewrite's
-    /// own check of each message.
+    /// looked at, so the scan lets the executor poll its I/O after each
+    /// `rewrite_scan_slice` messages: in one go it held the core for 17 ms
+    /// at 400k messages, and every commit with it. Between slices messages
+    /// come and go, which the result survives: a new message is never in
+    /// `seg` (sealed: nothing is written to it again), and one deleted or
+    /// moved since is skipped by the rewrite's own check of each message.
     async fn messages_in(&self, seg: u64) -> (Vec<(u64, u64, BodyLoc)>, u64) {
         // Only the queues whose floor admits a body in `seg`: after a
         // deleted queue, whose segments are each tried once as they become
