@@ -13,7 +13,7 @@ use libmimalloc_sys::{
     mi_free, mi_malloc, mi_malloc_aligned, mi_realloc, mi_realloc_aligned, mi_zalloc, mi_zalloc_aligned,
 };
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_void;
+use std::ffi::{c_int, c_long, c_void};
 
 /// The alignment every `mi_malloc` block of at least this size has
 /// (mimalloc's `MI_MAX_ALIGN_SIZE`, `sizeof(max_align_t)` on x86-64 and
@@ -83,5 +83,65 @@ unsafe impl GlobalAlloc for Mimalloc {
             mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align())
         };
         checked(p, layout)
+    }
+}
+
+/// `mi_option_purge_decommits` in mimalloc's `mi_option_t` (the v3 sources
+/// libmimalloc-sys builds); a test reads the option back by its name.
+const MI_OPTION_PURGE_DECOMMITS: c_int = 5;
+
+// libmimalloc-sys declares these only with its `extended` feature, which
+// would bring a dependency for two functions.
+unsafe extern "C" {
+    fn mi_option_set(option: c_int, value: c_long);
+}
+
+/// Has mimalloc give freed memory back with `MADV_FREE` instead of
+/// `MADV_DONTNEED`, unless `MIMALLOC_PURGE_DECOMMITS` says otherwise. Why:
+/// mimalloc returns memory a second after it was freed, all of it in one
+/// call on the core that next allocates. After a deleted queue of 600k
+/// messages the release freed some 200 MB, and that call held the core
+/// 15-24 ms (74 ms after 1.6M messages), in the middle of other queues'
+/// requests; with `MADV_FREE` no such stall was seen (docs/benchmarks.md,
+/// "Memory given back lazily"). The pages stay counted in the resident
+/// size until the kernel needs them, and are reused without a fault if it
+/// has not taken them by then. Call before the cores start.
+pub fn return_memory_lazily() {
+    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_some() {
+        return;
+    }
+    // SAFETY: a plain option write, done before any other thread exists
+    // (mimalloc's options are not synchronized).
+    unsafe { mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::{c_char, c_void, CStr};
+
+    unsafe extern "C" {
+        fn mi_options_print_out(out: Option<unsafe extern "C" fn(*const c_char, *mut c_void)>, arg: *mut c_void);
+    }
+
+    unsafe extern "C" fn collect(msg: *const c_char, arg: *mut c_void) {
+        // SAFETY: mimalloc passes a NUL-terminated message and our `arg`.
+        let (text, out) = unsafe { (CStr::from_ptr(msg), &mut *arg.cast::<String>()) };
+        out.push_str(&text.to_string_lossy());
+    }
+
+    /// The option index is mimalloc's enum position, not a name: if a new
+    /// mimalloc moved it, the option set would be another one.
+    #[test]
+    fn the_purge_option_set_is_the_one_named_purge_decommits() {
+        super::return_memory_lazily();
+        let mut out = String::new();
+        // SAFETY: `collect` matches mimalloc's output callback and `out`
+        // outlives the call.
+        unsafe { mi_options_print_out(Some(collect), (&mut out as *mut String).cast()) };
+        let line = out
+            .lines()
+            .find(|l| l.contains("purge_decommits"))
+            .unwrap_or_else(|| panic!("mimalloc printed no purge_decommits option: {out}"));
+        assert!(line.trim_end().ends_with(": 0"), "{line}");
     }
 }

@@ -41,6 +41,10 @@ pub struct Request {
 pub struct Headers {
     text: String,
     spans: Vec<Span>,
+    /// One bit per name present, at [`bloom_bit`] of its tag: most
+    /// lookups are for headers a request does not have, and this answers
+    /// them without walking the spans.
+    present: u64,
 }
 
 /// One header in [`Headers::text`]: where its name starts, where the name
@@ -57,6 +61,7 @@ struct Span {
 /// compare tags and read names only where the tags agree: most lookups are
 /// for headers a request does not have (conditional headers, `Origin`,
 /// `Content-MD5`…), and a dozen of them ran per request.
+#[inline]
 fn tag(name: &[u8]) -> u32 {
     let low = |b: Option<&u8>| u32::from(b.map_or(0, u8::to_ascii_lowercase));
     // Longer names share tags with shorter ones; the name compare decides.
@@ -64,11 +69,20 @@ fn tag(name: &[u8]) -> u32 {
     len.wrapping_shl(16) | low(name.first()).wrapping_shl(8) | low(name.last())
 }
 
+/// A tag's bit in [`Headers::present`]: the top six bits of a
+/// multiplicative hash, so tags that differ only in length or one letter
+/// land apart. Two names may share a bit; the spans then decide.
+#[inline]
+fn bloom_bit(tag: u32) -> u64 {
+    1u64 << (tag.wrapping_mul(0x9E37_79B1) >> 26)
+}
+
 impl Headers {
     pub fn with_capacity(headers: usize, bytes: usize) -> Self {
         Headers {
             text: String::with_capacity(bytes),
             spans: Vec::with_capacity(headers),
+            present: 0,
         }
     }
 
@@ -77,11 +91,13 @@ impl Headers {
         self.text.push_str(name);
         let name_end = self.text.len();
         self.text.push_str(value);
+        let tag = tag(name.as_bytes());
+        self.present |= bloom_bit(tag);
         self.spans.push(Span {
             start,
             name_end,
             value_end: self.text.len(),
-            tag: tag(name.as_bytes()),
+            tag,
         });
     }
 
@@ -93,16 +109,25 @@ impl Headers {
         self.spans.is_empty()
     }
 
-    /// The first value of header `name` (case-blind).
+    /// The first value of header `name` (case-blind). Inlined, so a
+    /// literal name's tag is computed at compile time.
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&str> {
         self.named(name).next()
     }
 
     /// Every value of header `name` (case-blind), in the order sent.
+    #[inline]
     pub fn named<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a str> + use<'a, 'n> {
         let want = tag(name.as_bytes());
         let bytes = self.text.as_bytes();
-        self.spans
+        // An absent name's bit is usually clear: then no span is read.
+        let candidates = if self.present & bloom_bit(want) != 0 {
+            self.spans.as_slice()
+        } else {
+            &[]
+        };
+        candidates
             .iter()
             .filter(move |s| {
                 s.tag == want
@@ -807,6 +832,28 @@ mod tests {
     use futures_lite::future::block_on;
     use std::pin::Pin;
     use std::task::{Context, Poll};
+
+    /// The presence bits answer "absent" without reading the spans: a
+    /// name whose bit another name set must still be compared, and a name
+    /// that is there must always be found, whatever bit it shares.
+    #[test]
+    fn every_present_name_is_found_and_no_absent_one_whatever_bits_they_share() {
+        let names: Vec<String> = (0..300).map(|i| format!("x-h{i}-{}", "a".repeat(i % 7))).collect();
+        let h: Headers = names.iter().step_by(2).map(|n| (n.to_uppercase(), n.clone())).collect();
+        for (i, n) in names.iter().enumerate() {
+            let want = (i % 2 == 0).then_some(n.as_str());
+            assert_eq!(h.get(n), want, "{n}");
+            assert_eq!(h.named(n).count(), usize::from(want.is_some()), "{n}");
+        }
+        // The case the bits cannot settle was met: absent names whose bit is set.
+        let shared = names
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter(|n| h.present & bloom_bit(tag(n.as_bytes())) != 0);
+        assert!(shared.count() > 100);
+        assert!(h.get("content-md5").is_none() && h.get("if-match").is_none());
+    }
 
     #[test]
     fn headers_keep_order_case_and_empty_parts() {
