@@ -97,21 +97,38 @@ unsafe extern "C" {
 }
 
 /// Has mimalloc give freed memory back with `MADV_FREE` instead of
-/// `MADV_DONTNEED`, unless `MIMALLOC_PURGE_DECOMMITS` says otherwise. Why:
-/// mimalloc returns memory a second after it was freed, all of it in one
-/// call on the core that next allocates. After a deleted queue of 600k
-/// messages the release freed some 200 MB, and that call held the core
-/// 15-24 ms (74 ms after 1.6M messages), in the middle of other queues'
-/// requests; with `MADV_FREE` no such stall was seen (docs/benchmarks.md,
-/// "Memory given back lazily"). The pages stay counted in the resident
-/// size until the kernel needs them, and are reused without a fault if it
-/// has not taken them by then. Call before the cores start.
-pub fn return_memory_lazily() {
-    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_some() {
+/// `MADV_DONTNEED`, unless the environment sets the option itself
+/// (`MIMALLOC_PURGE_DECOMMITS`, or its older name `MIMALLOC_RESET_DECOMMITS`,
+/// in any case, as mimalloc reads them). Why: mimalloc gives memory back a
+/// second after it was freed, every range then due in one pass on the core
+/// that next allocates. After a deleted queue of 600k messages that pass
+/// held the core 15-24 ms (74 ms after 1.6M messages), in the middle of
+/// other queues' requests; with `MADV_FREE` no such stall was seen
+/// (docs/benchmarks.md, "Memory given back lazily"). The pages stay counted
+/// in the resident size until the kernel needs them, and are reused without
+/// a fault if it has not taken them by then.
+///
+/// # Safety
+/// Only while no other thread uses the allocator: mimalloc's options are
+/// not synchronized. `main` calls it before any thread starts.
+pub unsafe fn return_memory_lazily() {
+    let named = |k: &std::ffi::OsStr| {
+        let k = k.to_string_lossy();
+        ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(&k))
+    };
+    if std::env::vars_os().any(|(k, _)| named(&k)) {
         return;
     }
-    // SAFETY: a plain option write, done before any other thread exists
-    // (mimalloc's options are not synchronized).
+    // SAFETY: the caller's contract; a plain option write.
+    unsafe { purge_with_madv_free() }
+}
+
+/// # Safety
+/// As [`return_memory_lazily`].
+unsafe fn purge_with_madv_free() {
+    // SAFETY: a plain write of a known option (see the caller).
     unsafe { mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) }
 }
 
@@ -133,7 +150,9 @@ mod tests {
     /// mimalloc moved it, the option set would be another one.
     #[test]
     fn the_purge_option_set_is_the_one_named_purge_decommits() {
-        super::return_memory_lazily();
+        // SAFETY: nothing else in this test binary touches mimalloc's
+        // options (mimalloc is the global allocator only in `main`).
+        unsafe { super::purge_with_madv_free() };
         let mut out = String::new();
         // SAFETY: `collect` matches mimalloc's output callback and `out`
         // outlives the call.

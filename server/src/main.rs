@@ -16,8 +16,9 @@ fn main() {
     // First, before the log queue and the threads allocate: pages backed
     // before the switch is set stay huge (docs/decisions/0006-no-huge-pages.md).
     let huge_pages = server::startup::set_huge_pages(cfg.huge_pages);
-    // While this is the only thread (mimalloc's options are not synchronized).
-    server::allocator::return_memory_lazily();
+    // SAFETY: this is still the only thread (mimalloc's options are not
+    // synchronized).
+    unsafe { server::allocator::return_memory_lazily() };
     // Before the log writer's thread starts (runtime::block_stop_signals).
     server::runtime::block_stop_signals();
     // HEMATITE_LOG sets the filter (warnings by default); --request-log
