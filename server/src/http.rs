@@ -109,8 +109,8 @@ impl Headers {
         self.spans.is_empty()
     }
 
-    /// The first value of header `name` (case-blind). Inlined, so a
-    /// literal name's tag is computed at compile time.
+    /// The first value of header `name` (case-blind). Inlined, so the
+    /// compiler can fold a literal name's tag.
     #[inline]
     pub fn get(&self, name: &str) -> Option<&str> {
         self.named(name).next()

@@ -1495,8 +1495,6 @@ impl<D: Disk> Shard<D> {
         st.queues.values().map(|q| q.len()).sum::<usize>() + cleared
     }
 
-    /// Every queue with every message and its text, in canonical order.
-    /// Reads bodies from disk; meant for tests and tools, not the hot path.
     /// The queues whose body-segment floor is above one of their bodies
     /// (`Queue::body_seg_floor`). Linear in the messages; for the simulator,
     /// which checks it in release builds too.
@@ -1512,6 +1510,8 @@ impl<D: Disk> Shard<D> {
         bad
     }
 
+    /// Every queue with every message and its text, in canonical order.
+    /// Reads bodies from disk; meant for tests and tools, not the hot path.
     pub async fn dump(&self) -> Result<BTreeMap<(String, String), QueueDump>, QueueError> {
         self.settle(self.wal.last_lsn()).await?;
         let now = self.now();
