@@ -557,7 +557,12 @@ async fn open_shard<D: Storage>(i: usize, cfg: &Config) -> Result<Rc<Shard<D>>, 
 async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         match shard.maintenance().await {
-            Ok(report) => crate::metrics::record_maintenance(&report),
+            Ok(report) => {
+                crate::metrics::record_maintenance(&report);
+                if report.released > 0 {
+                    crate::allocator::give_back_freed_memory();
+                }
+            }
             Err(e) => tracing::error!(shard = i, "maintenance: {e}"),
         }
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;

@@ -50,7 +50,7 @@ impl<D: Disk> Shard<D> {
             if let Err(e) = self.wal.zero_ahead().await {
                 tracing::error!(shard = self.cfg.shard_id, "zeroing the next segment: {e}");
             }
-            self.release_cleared_slice();
+            report.released = self.release_cleared_slice();
             loop {
                 if self.wal.remove_oldest_if_dead().await? {
                     report.segments_removed += 1;
@@ -134,13 +134,15 @@ impl<D: Disk> Shard<D> {
     /// newest entry first, or one entry a pass, let a client clearing
     /// queues more often than the passes run keep an old deletion's
     /// records, and the oldest segment with them, pinned for good.
-    pub(super) fn release_cleared_slice(&self) {
+    pub(super) fn release_cleared_slice(&self) -> u64 {
         let mut st = self.st.borrow_mut();
         let mut budget = RELEASE_SLICE;
+        let mut count = 0u64;
         while budget > 0 {
-            let Some(c) = st.cleared.front_mut() else { return };
+            let Some(c) = st.cleared.front_mut() else { break };
             let released = c.pop_some(budget);
             budget = budget.saturating_sub(released.len().max(1));
+            count = count.saturating_add(released.len() as u64);
             for m in released {
                 self.unpin_message(&m);
             }
@@ -148,6 +150,7 @@ impl<D: Disk> Shard<D> {
                 st.cleared.pop_front();
             }
         }
+        count
     }
 
     /// The oldest sealed segment, if rewriting its live records is worth it:

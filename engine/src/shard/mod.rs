@@ -179,6 +179,9 @@ pub struct UpdateReceipt {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct MaintenanceReport {
     pub expired: u64,
+    /// Messages of cleared or deleted queues released (`RELEASE_SLICE` at
+    /// most): their memory is freed in the pass.
+    pub released: u64,
     pub segments_removed: u64,
     pub records_rewritten: u64,
     /// Rewrites that moved nothing: their segment's live records all wait
