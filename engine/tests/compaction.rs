@@ -338,3 +338,34 @@ fn a_deleted_queue_mixed_with_a_live_one_is_freed_as_it_is_released() {
         8 * RELEASE_SLICE / 64
     );
 }
+
+/// Maintenance counts the messages of cleared and deleted queues it
+/// releases, `RELEASE_SLICE` a pass, oldest first, for the server to give
+/// their memory back to the kernel (`Shard::take_released`,
+/// server/src/allocator.rs); the count restarts at each call.
+#[test]
+fn released_messages_are_counted_a_slice_per_pass() {
+    use engine::limits::RELEASE_SLICE;
+    let (_disk, _clock, s) = fresh();
+    let extra = 100;
+    block_on(async {
+        s.create_queue(ACCT, "gone", Metadata::default()).await.unwrap();
+        for _ in 0..RELEASE_SLICE + extra {
+            s.put_message(ACCT, "gone", "m".into(), None, None).await.unwrap();
+        }
+        s.create_queue(ACCT, "cleared", Metadata::default()).await.unwrap();
+        for _ in 0..3 {
+            s.put_message(ACCT, "cleared", "c".into(), None, None).await.unwrap();
+        }
+        s.delete_queue(ACCT, "gone").await.unwrap();
+        s.clear_messages(ACCT, "cleared").await.unwrap();
+    });
+    assert_eq!(s.take_released(), 0, "nothing is released before a pass");
+    block_on(s.maintenance()).unwrap();
+    assert_eq!(s.take_released(), RELEASE_SLICE as u64);
+    assert_eq!(s.take_released(), 0, "the count restarts");
+    block_on(s.maintenance()).unwrap();
+    assert_eq!(s.take_released(), extra as u64 + 3);
+    block_on(s.maintenance()).unwrap();
+    assert_eq!(s.take_released(), 0);
+}

@@ -133,24 +133,26 @@ unsafe fn purge_with_madv_free() {
     unsafe { mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) }
 }
 
-/// Gives back to the kernel, now, the memory freed and not yet given back,
-/// and this thread's empty pages with it. Called by a core after each
+/// Gives back to the kernel, now, the memory freed and not yet given back
+/// (this thread's empty pages included). A core calls it after each
 /// maintenance pass that released messages of a cleared or deleted queue
-/// (`MaintenanceReport::released`, at most `RELEASE_SLICE` a pass).
+/// (`Shard::take_released`, at most `RELEASE_SLICE` a pass).
 ///
-/// Why: mimalloc gives memory back only when the program next allocates
-/// or collects, never from a free, and then everything due at once. A
-/// deleted queue's messages are released a slice per pass, often while
-/// the clients are quiet, so most of a 1.56M-message queue's memory
-/// waited for the next burst of requests and was given back in one pass on
-/// that core: 33-69 ms of `madvise` calls, in the first second of the next
-/// run (docs/benchmarks.md, "Freed memory given back as it is freed").
-/// Collected after each release, a pass gives back one slice's memory,
-/// about 14 MB, in about a millisecond.
+/// Why: mimalloc hands a page that fills back to its shared arena, and when
+/// the last block of such a page is freed, the page only becomes due to be
+/// given back a second later; nothing gives it back until some thread next
+/// allocates or collects, and then everything due goes in one pass. A
+/// queue's messages sit almost all in such pages, and maintenance releases
+/// a deleted queue while the clients are often quiet, so a 1.56M-message
+/// queue's memory waited for the next burst of requests: 33-69 ms of
+/// `madvise` calls on that core, in the first second of the next run
+/// (docs/benchmarks.md, "Freed memory given back as it is freed"). Called
+/// after each release, a pass gave back 14-40 MB in at most 6.8 ms.
 ///
-/// A forced collection visits all of this thread's pages, full ones too;
-/// it runs only in passes that released messages, never on the request
-/// path.
+/// A forced collection walks every page of this thread's heap and gives
+/// back everything freed in the process that is not yet given back, other
+/// threads' memory included, without waiting for the second. It runs only
+/// after passes that released messages, never on a request's path.
 pub fn give_back_freed_memory() {
     // SAFETY: mi_collect may be called from any thread at any time: it
     // collects the calling thread's own heap, and the shared arenas under

@@ -557,13 +557,13 @@ async fn open_shard<D: Storage>(i: usize, cfg: &Config) -> Result<Rc<Shard<D>>, 
 async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         match shard.maintenance().await {
-            Ok(report) => {
-                crate::metrics::record_maintenance(&report);
-                if report.released > 0 {
-                    crate::allocator::give_back_freed_memory();
-                }
-            }
+            Ok(report) => crate::metrics::record_maintenance(&report),
             Err(e) => tracing::error!(shard = i, "maintenance: {e}"),
+        }
+        // Whether or not the pass then failed: a full disk fails every pass
+        // after its release, which is when a deleted queue makes room.
+        if shard.take_released() > 0 {
+            crate::allocator::give_back_freed_memory();
         }
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
     }

@@ -50,7 +50,7 @@ impl<D: Disk> Shard<D> {
             if let Err(e) = self.wal.zero_ahead().await {
                 tracing::error!(shard = self.cfg.shard_id, "zeroing the next segment: {e}");
             }
-            report.released = self.release_cleared_slice();
+            self.release_cleared_slice();
             loop {
                 if self.wal.remove_oldest_if_dead().await? {
                     report.segments_removed += 1;
@@ -134,7 +134,7 @@ impl<D: Disk> Shard<D> {
     /// newest entry first, or one entry a pass, let a client clearing
     /// queues more often than the passes run keep an old deletion's
     /// records, and the oldest segment with them, pinned for good.
-    pub(super) fn release_cleared_slice(&self) -> u64 {
+    pub(super) fn release_cleared_slice(&self) {
         let mut st = self.st.borrow_mut();
         let mut budget = RELEASE_SLICE;
         let mut count = 0u64;
@@ -150,7 +150,7 @@ impl<D: Disk> Shard<D> {
                 st.cleared.pop_front();
             }
         }
-        count
+        self.released.set(self.released.get().saturating_add(count));
     }
 
     /// The oldest sealed segment, if rewriting its live records is worth it:

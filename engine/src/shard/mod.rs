@@ -179,9 +179,6 @@ pub struct UpdateReceipt {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct MaintenanceReport {
     pub expired: u64,
-    /// Messages of cleared or deleted queues released (`RELEASE_SLICE` at
-    /// most): their memory is freed in the pass.
-    pub released: u64,
     pub segments_removed: u64,
     pub records_rewritten: u64,
     /// Rewrites that moved nothing: their segment's live records all wait
@@ -421,6 +418,10 @@ pub struct Shard<D: Disk> {
     cache: RefCell<BodyCache>,
     recovery: RecoveryReport,
     compacting: Cell<bool>,
+    /// Messages of cleared or deleted queues released since the server last
+    /// asked (`take_released`): outside the pass's report, because a pass
+    /// that fails later (a full disk) has still released them.
+    released: Cell<u64>,
     /// The segment whose last rewrite moved nothing (`rewrite_candidate`).
     futile_rewrite: Cell<Option<u64>>,
     /// Pop-receipt nonces: 64 bits each from a CSPRNG, so a receipt cannot
@@ -522,6 +523,7 @@ impl<D: Disk> Shard<D> {
             cache: RefCell::new(BodyCache::new(cfg.body_cache_bytes)),
             recovery: report,
             compacting: Cell::new(false),
+            released: Cell::new(0),
             futile_rewrite: Cell::new(None),
             rng: RefCell::new(match cfg.rng_seed {
                 Some(seed) => StdRng::seed_from_u64(seed),
@@ -1451,6 +1453,14 @@ impl<D: Disk> Shard<D> {
     }
 
     // ----- inspection -----
+
+    /// Messages of cleared or deleted queues that maintenance released
+    /// (their memory freed) since the last call; the count restarts at 0.
+    /// The server gives their memory back to the kernel when it is not 0
+    /// (`server/src/allocator.rs`).
+    pub fn take_released(&self) -> u64 {
+        self.released.take()
+    }
 
     /// What the shard's group commits did since it opened.
     pub fn commit_stats(&self) -> crate::wal::CommitStats {
