@@ -100,14 +100,14 @@ unsafe extern "C" {
 /// Has mimalloc give freed memory back with `MADV_FREE` instead of
 /// `MADV_DONTNEED`, unless the environment sets the option itself
 /// (`MIMALLOC_PURGE_DECOMMITS`, or its older name `MIMALLOC_RESET_DECOMMITS`,
-/// in any case, as mimalloc reads them). Why: mimalloc gives memory back a
-/// second after it was freed, every range then due in one pass on the core
-/// that next allocates. After a deleted queue of 600k messages that pass
-/// held the core 15-24 ms (74 ms after 1.6M messages), in the middle of
-/// other queues' requests; with `MADV_FREE` no such stall was seen
-/// (docs/benchmarks.md, "Memory given back lazily"). The pages stay counted
-/// in the resident size until the kernel needs them, and are reused without
-/// a fault if it has not taken them by then.
+/// in any case, as mimalloc reads them). Why: giving a page back with
+/// `MADV_FREE` costs the core less than with `MADV_DONTNEED`; a pass after
+/// a deleted queue of 600k messages held the core 15-24 ms with
+/// `MADV_DONTNEED` (docs/benchmarks.md, "Memory given back lazily"). The
+/// size of each pass is bounded separately, by [`give_back_freed_memory`]
+/// ("Freed memory given back as it is freed"). The pages stay counted in the
+/// resident size until the kernel needs them, and are reused without a
+/// fault if it has not taken them by then.
 ///
 /// # Safety
 /// Only while no other thread uses the allocator: mimalloc's options are
@@ -168,6 +168,16 @@ mod tests {
         fn mi_options_print_out(out: Option<unsafe extern "C" fn(*const c_char, *mut c_void)>, arg: *mut c_void);
     }
 
+    /// Sets the purge option once for the whole test binary: the tests run
+    /// on parallel threads, and mimalloc's options are not synchronized.
+    fn purge_with_madv_free_once() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        // SAFETY: `Once` makes this the only write, and each test calls this
+        // before it uses mimalloc, so every read happens after the write
+        // (mimalloc is the global allocator only in `main`).
+        ONCE.call_once(|| unsafe { super::purge_with_madv_free() });
+    }
+
     unsafe extern "C" fn collect(msg: *const c_char, arg: *mut c_void) {
         // SAFETY: mimalloc passes a NUL-terminated message and our `arg`.
         let (text, out) = unsafe { (CStr::from_ptr(msg), &mut *arg.cast::<String>()) };
@@ -178,9 +188,7 @@ mod tests {
     /// mimalloc moved it, the option set would be another one.
     #[test]
     fn the_purge_option_set_is_the_one_named_purge_decommits() {
-        // SAFETY: nothing else in this test binary touches mimalloc's
-        // options (mimalloc is the global allocator only in `main`).
-        unsafe { super::purge_with_madv_free() };
+        purge_with_madv_free_once();
         let mut out = String::new();
         // SAFETY: `collect` matches mimalloc's output callback and `out`
         // outlives the call.
@@ -212,8 +220,7 @@ mod tests {
     /// which would then pay for all of it at once.
     #[test]
     fn memory_freed_while_nothing_allocates_is_given_back_by_the_call() {
-        // SAFETY: as in the test above.
-        unsafe { super::purge_with_madv_free() };
+        purge_with_madv_free_once();
         let before = lazy_free_kib();
         // 64 MiB of message-sized blocks, written so that they are resident.
         let blocks: Vec<*mut c_void> = (0..65_536)
