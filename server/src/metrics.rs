@@ -67,6 +67,9 @@ pub struct CoreCounters {
     pub expired: u64,
     pub segments_removed: u64,
     pub records_rewritten: u64,
+    pub futile_rewrites: u64,
+    pub messages_scanned: u64,
+    pub messages_released: u64,
 }
 
 thread_local! {
@@ -107,6 +110,17 @@ pub fn record_maintenance(r: &engine::shard::MaintenanceReport) {
         c.expired = c.expired.saturating_add(r.expired);
         c.segments_removed = c.segments_removed.saturating_add(r.segments_removed);
         c.records_rewritten = c.records_rewritten.saturating_add(r.records_rewritten);
+        c.futile_rewrites = c.futile_rewrites.saturating_add(r.futile_rewrites);
+        c.messages_scanned = c.messages_scanned.saturating_add(r.messages_scanned);
+    });
+}
+
+/// Counts messages of cleared or deleted queues that maintenance released
+/// on this core (`Shard::take_released`).
+pub fn record_released(n: u64) {
+    CORE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.messages_released = c.messages_released.saturating_add(n);
     });
 }
 
@@ -369,6 +383,30 @@ fn render_shards(out: &mut String, cores: &[CoreSnapshot]) {
         "counter",
         "Segments compaction removed.",
         |c| c.counters.segments_removed.to_string(),
+    );
+    per_shard(
+        out,
+        cores,
+        "hematite_compaction_futile_rewrites_total",
+        "counter",
+        "Rewrites that moved nothing: every live record left in the segment waits for the release of cleared messages.",
+        |c| c.counters.futile_rewrites.to_string(),
+    );
+    per_shard(
+        out,
+        cores,
+        "hematite_compaction_messages_scanned_total",
+        "counter",
+        "Messages compaction's scans looked at to find a segment's live records.",
+        |c| c.counters.messages_scanned.to_string(),
+    );
+    per_shard(
+        out,
+        cores,
+        "hematite_messages_released_total",
+        "counter",
+        "Messages of cleared or deleted queues whose records and memory maintenance released.",
+        |c| c.counters.messages_released.to_string(),
     );
     per_shard(
         out,

@@ -562,7 +562,9 @@ async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>)
         }
         // Whether or not the pass then failed: a full disk fails every pass
         // after its release, which is when a deleted queue makes room.
-        if shard.take_released() > 0 {
+        let released = shard.take_released();
+        if released > 0 {
+            crate::metrics::record_released(released);
             crate::allocator::give_back_freed_memory();
         }
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;

@@ -140,6 +140,35 @@ fn health_readiness_and_a_scrape_that_moves_with_the_load() {
     assert!(after.contains("hematite_wal_fdatasync_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
     assert!(after.contains("hematite_wal_write_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
     assert!(after.contains("hematite_wal_commit_seconds_bucket{shard=\"0\",le=\"+Inf\"}"));
+    for family in [
+        "hematite_compaction_futile_rewrites_total",
+        "hematite_compaction_messages_scanned_total",
+    ] {
+        assert!(
+            after.contains(&format!("{family}{{shard=\"0\"}} ")),
+            "{family}: {after}"
+        );
+    }
+
+    // Cleared messages are released by maintenance, a slice per pass, and
+    // counted when they are.
+    assert_eq!(total(&after, "hematite_messages_released_total"), 0.0, "{after}");
+    let cleared = c.call("DELETE", "/devstoreaccount1/metricsq/messages", &[], b"");
+    assert_eq!(cleared.unwrap().status, 204);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let scrape = admin_get(admin, "/metrics");
+        let released = total(&scrape, "hematite_messages_released_total");
+        if released == 5.0 {
+            break;
+        }
+        assert!(released < 5.0, "more released than cleared: {scrape}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not released within 10 s: {scrape}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 
     // A SAS request: its signature must not reach the log.
     let sas = hematite_client::service_sas(
