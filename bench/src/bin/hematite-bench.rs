@@ -119,6 +119,32 @@ struct Args {
     /// Print only the JSON line.
     #[arg(long)]
     quiet: bool,
+    /// Print each measured request that took at least this many
+    /// milliseconds to stderr (0: none): when it was due (Unix time), how
+    /// late it went out, and how long its answer took after that. Tells a
+    /// slow server (sent on time, answered late) from a client or
+    /// connection that was behind (sent late), and lines a tail up with the
+    /// server's own log.
+    #[arg(long, default_value_t = 0)]
+    slow_log_ms: u64,
+}
+
+/// The wall-clock time of an `Instant`, as Unix seconds, for the slow log.
+fn unix_seconds(at: Instant) -> f64 {
+    thread_local! {
+        static ANCHOR: (Instant, std::time::SystemTime) = (Instant::now(), std::time::SystemTime::now());
+    }
+    ANCHOR.with(|(i, w)| {
+        let since = w
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        if at >= *i {
+            since + (at - *i).as_secs_f64()
+        } else {
+            since - (*i - at).as_secs_f64()
+        }
+    })
 }
 
 struct Endpoint {
@@ -368,12 +394,22 @@ async fn connection(
             }
         };
         let measuring = scheduled >= measure_from;
+        let sent = Instant::now();
         let note = |name: &str, t0: Instant, resp: &std::io::Result<Resp>, ok: u16| {
             let mut s = stats.borrow_mut();
             match resp {
                 Ok(r) if r.status == ok => {
                     if measuring {
-                        s.record(name, &queue, t0.elapsed().as_micros() as u64);
+                        let took = t0.elapsed();
+                        s.record(name, &queue, took.as_micros() as u64);
+                        if args.slow_log_ms > 0 && took >= Duration::from_millis(args.slow_log_ms) {
+                            eprintln!(
+                                "slow {name} conn={idx} due={:.6} sent_late_us={} answered_after_us={}",
+                                unix_seconds(t0),
+                                sent.saturating_duration_since(t0).as_micros(),
+                                sent.elapsed().as_micros()
+                            );
+                        }
                     }
                 }
                 Ok(r) => s.error(&r.code),
