@@ -104,8 +104,8 @@ unsafe extern "C" {
 /// `MADV_FREE` costs the core less than with `MADV_DONTNEED`; a pass after
 /// a deleted queue of 600k messages held the core 15-24 ms with
 /// `MADV_DONTNEED` (docs/benchmarks.md, "Memory given back lazily"). The
-/// size of each pass is bounded separately, by [`give_back_freed_memory`]
-/// ("Freed memory given back as it is freed"). The pages stay counted in the
+/// passes are made by the purge thread ([`start_purge_thread`]), off the
+/// cores ("The purge moved off the cores"). The pages stay counted in the
 /// resident size until the kernel needs them, and are reused without a
 /// fault if it has not taken them by then.
 ///
@@ -133,31 +133,58 @@ unsafe fn purge_with_madv_free() {
     unsafe { mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) }
 }
 
-/// Gives back to the kernel, now, the memory freed and not yet given back
-/// (this thread's empty pages included). A core calls it after each
-/// maintenance pass that released messages of a cleared or deleted queue
-/// (`Shard::take_released`, at most `RELEASE_SLICE` a pass).
-///
-/// Why: mimalloc hands a page that fills back to its shared arena, and when
-/// the last block of such a page is freed, the page only becomes due to be
-/// given back a second later; nothing gives it back until some thread next
-/// allocates or collects, and then everything due goes in one pass. A
-/// queue's messages sit almost all in such pages, and maintenance releases
-/// a deleted queue while the clients are often quiet, so a 1.56M-message
-/// queue's memory waited for the next burst of requests: 33-69 ms of
-/// `madvise` calls on that core, in the first second of the next run
-/// (docs/benchmarks.md, "Freed memory given back as it is freed"). Called
-/// after each release, a pass gave back 14-40 MB in at most 6.8 ms.
-///
-/// A forced collection walks every page of this thread's heap and gives
-/// back everything freed in the process that is not yet given back, other
-/// threads' memory included, without waiting for the second. It runs only
-/// after passes that released messages, never on a request's path.
-pub fn give_back_freed_memory() {
+/// Gives back to the kernel, now, every freed page the arena holds,
+/// whichever thread freed it. Arena purges are process-wide and one
+/// thread at a time: a core's allocation that finds the purge guard taken
+/// skips the purge rather than wait for it.
+fn purge_arena_now() {
     // SAFETY: mi_collect may be called from any thread at any time: it
     // collects the calling thread's own heap, and the shared arenas under
-    // mimalloc's own guard.
+    // mimalloc's own guard; forced, it purges the arena's pending pages
+    // before their delay.
     unsafe { mi_collect(true) }
+}
+
+/// mimalloc collects nothing for a thread that has never allocated through
+/// it (its heap is not set up yet), and a test binary's global allocator is
+/// not mimalloc.
+fn set_up_thread_heap() {
+    // SAFETY: a plain allocation, freed once.
+    unsafe { mi_free(mi_malloc(8)) }
+}
+
+/// Starts the thread that gives freed memory back to the kernel every
+/// `PURGE_INTERVAL`, so no core's executor makes the `madvise` calls
+/// (jemalloc's `background_thread` does the same for the same reason).
+///
+/// Why: a page whose blocks are all freed goes to mimalloc's shared arena
+/// and is given back once its purge falls due, a second later, by whichever
+/// thread next allocates or collects; everything due then goes in one pass
+/// on that thread. A queue's messages are freed while the clients are
+/// often quiet, so a 1.56M-message queue's memory once waited for the next
+/// burst of requests: 33-69 ms of `madvise` calls on a core
+/// (docs/benchmarks.md, "Freed memory given back as it is freed"). Forcing
+/// the purge on the core after each release pass bounded most passes to a
+/// few milliseconds, but the last passes of a large release, which free
+/// what the earlier ones had left partly used, still held the core 16-33
+/// ms ("The purge moved off the cores").
+/// It
+/// shares no state with the cores beyond mimalloc's own arena, which every
+/// thread already shares, and it runs until the process exits. Unpinned,
+/// at normal priority: a lower one could leave it preempted inside
+/// `madvise` holding the address space's lock, which a core's `mmap`
+/// would then wait for.
+pub fn start_purge_thread() -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("hematite-purge".into())
+        .spawn(|| {
+            set_up_thread_heap();
+            loop {
+                std::thread::sleep(crate::limits::PURGE_INTERVAL);
+                purge_arena_now();
+            }
+        })
+        .map(drop)
 }
 
 #[cfg(test)]
@@ -214,12 +241,13 @@ mod tests {
             .expect("a size")
     }
 
-    /// Memory freed while nothing allocates (a deleted queue released by
-    /// maintenance with the clients gone) is given back by the call alone:
-    /// without it, nothing would be until the next burst of allocations,
-    /// which would then pay for all of it at once.
+    /// Memory a core frees while nothing allocates (a deleted queue
+    /// released by maintenance with the clients gone) is given back by the
+    /// core's call and another thread's purge: without them, nothing would
+    /// be until the next burst of allocations, which would then pay for all
+    /// of it at once, on the core.
     #[test]
-    fn memory_freed_while_nothing_allocates_is_given_back_by_the_call() {
+    fn memory_freed_while_nothing_allocates_is_given_back_by_another_thread() {
         purge_with_madv_free_once();
         let before = lazy_free_kib();
         // 64 MiB of message-sized blocks, written so that they are resident.
@@ -238,7 +266,12 @@ mod tests {
             // SAFETY: each block came from mi_malloc and is freed once.
             unsafe { libmimalloc_sys::mi_free(p) };
         }
-        super::give_back_freed_memory();
+        std::thread::spawn(|| {
+            super::set_up_thread_heap();
+            super::purge_arena_now();
+        })
+        .join()
+        .expect("the purge thread");
         let given_back = lazy_free_kib().saturating_sub(before);
         assert!(
             given_back >= 32 * 1024,

@@ -122,3 +122,8 @@ pub const LINGER_TIME: Duration = Duration::from_secs(2);
 pub const LINGER_BYTES: usize = 2 * 1024 * 1024;
 /// How often each core runs engine maintenance (expiry, compaction).
 pub const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(50);
+/// How often the purge thread gives freed memory back to the kernel
+/// (`allocator::start_purge_thread`): well inside mimalloc's own purge
+/// delay (1 s), so a core's allocations never find a purge due and do it
+/// themselves.
+pub const PURGE_INTERVAL: Duration = Duration::from_millis(100);

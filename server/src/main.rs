@@ -44,6 +44,10 @@ fn main() {
         LogFormat::Json => logs.json().init(),
     }
     server::runtime::keep_log_flush(flush_on_exit);
+    // After the stop signals are blocked, which the thread inherits.
+    if let Err(e) = server::allocator::start_purge_thread() {
+        tracing::warn!("could not start the thread that gives freed memory back: {e}");
+    }
     if let Err(e) = huge_pages {
         tracing::warn!("could not set the transparent huge pages switch: {e}");
     }

@@ -561,12 +561,9 @@ async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>)
             Err(e) => tracing::error!(shard = i, "maintenance: {e}"),
         }
         // Whether or not the pass then failed: a full disk fails every pass
-        // after its release, which is when a deleted queue makes room.
-        let released = shard.take_released();
-        if released > 0 {
-            crate::metrics::record_released(released);
-            crate::allocator::give_back_freed_memory();
-        }
+        // after its release. The memory freed is given back by the purge
+        // thread (`allocator::start_purge_thread`), not on this core.
+        crate::metrics::record_released(shard.take_released());
         glommio::timer::sleep(MAINTENANCE_INTERVAL).await;
     }
 }

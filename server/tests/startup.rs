@@ -178,3 +178,29 @@ fn huge_pages_are_off_unless_asked_for() {
         assert_eq!(got, want, "with {extra:?} and {env:?}");
     }
 }
+
+/// Freed memory is given back by a thread of its own, never by a core
+/// (server/src/allocator.rs, `start_purge_thread`): the server runs one.
+#[test]
+fn the_purge_thread_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = proc::free_port();
+    let cmd = proc::command(
+        bin().as_ref(),
+        port,
+        dir.path(),
+        &["--shards", "1", "--io-memory-kib", "512"],
+    );
+    let child = proc::spawn_ready(cmd).expect("hematite starts");
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    stop(child);
+    assert_eq!(
+        names.iter().filter(|n| *n == "hematite-purge").count(),
+        1,
+        "threads: {names:?}"
+    );
+}

@@ -1456,8 +1456,7 @@ impl<D: Disk> Shard<D> {
 
     /// Messages of cleared or deleted queues that maintenance released
     /// (their memory freed) since the last call; the count restarts at 0.
-    /// The server gives their memory back to the kernel when it is not 0
-    /// (`server/src/allocator.rs`).
+    /// The server exports the count (`hematite_messages_released_total`).
     pub fn take_released(&self) -> u64 {
         self.released.take()
     }
