@@ -154,8 +154,11 @@ fn set_up_thread_heap() {
 }
 
 /// Starts the thread that gives freed memory back to the kernel every
-/// `PURGE_INTERVAL`, so no core's executor makes the `madvise` calls
-/// (jemalloc's `background_thread` does the same for the same reason).
+/// `PURGE_INTERVAL`, so that no core's executor makes the `madvise` calls
+/// (jemalloc's `background_thread` exists for the same reason). The thread
+/// still runs on some core's CPU (on the benchmark's one pinned CPU, on
+/// the shard's), but the scheduler shares that CPU between the two in
+/// slices instead of the executor holding it for the whole call.
 ///
 /// Why: a page whose blocks are all freed goes to mimalloc's shared arena
 /// and is given back once its purge falls due, a second later, by whichever
@@ -165,15 +168,26 @@ fn set_up_thread_heap() {
 /// burst of requests: 33-69 ms of `madvise` calls on a core
 /// (docs/benchmarks.md, "Freed memory given back as it is freed"). Forcing
 /// the purge on the core after each release pass bounded most passes to a
-/// few milliseconds, but the last passes of a large release, which free
-/// what the earlier ones had left partly used, still held the core 16-33
-/// ms ("The purge moved off the cores").
-/// It
-/// shares no state with the cores beyond mimalloc's own arena, which every
-/// thread already shares, and it runs until the process exits. Unpinned,
-/// at normal priority: a lower one could leave it preempted inside
-/// `madvise` holding the address space's lock, which a core's `mmap`
-/// would then wait for.
+/// few milliseconds, but in the last passes of a large release, which free
+/// what the earlier ones had left partly used, the forced collection took
+/// 7-30 ms on the core ("The purge moved off the cores").
+///
+/// What stays with a core: a page that empties while it is the only one of
+/// its size class is kept in the core's own heap for reuse, and only the
+/// core hands it over, when it next allocates; at most one page per size
+/// class per core. Forced, the purge ignores mimalloc's 1 s delay, so a
+/// page freed to the arena is given back within `PURGE_INTERVAL` even if
+/// a core was about to reuse it; with `MADV_FREE` (the default here) that
+/// reuse costs no fault unless the kernel took the page meanwhile. If this
+/// thread stops or falls a second behind, a core's allocation purges what
+/// is due itself, as mimalloc does by default.
+///
+/// It shares no state with the cores beyond mimalloc's own arena, which
+/// every thread already shares; a core that finds the arena's purge guard
+/// taken skips the purge rather than wait. It runs until the process
+/// exits. Unpinned, at normal priority: a lower one could leave it
+/// preempted inside `madvise` while a core waits on the address space's
+/// lock.
 pub fn start_purge_thread() -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("hematite-purge".into())
@@ -242,10 +256,10 @@ mod tests {
     }
 
     /// Memory a core frees while nothing allocates (a deleted queue
-    /// released by maintenance with the clients gone) is given back by the
-    /// core's call and another thread's purge: without them, nothing would
-    /// be until the next burst of allocations, which would then pay for all
-    /// of it at once, on the core.
+    /// released by maintenance with the clients gone) is given back by
+    /// another thread's purge, as the purge thread makes it: without it,
+    /// nothing would be until the next burst of allocations, which would
+    /// then pay for all of it at once, on the core.
     #[test]
     fn memory_freed_while_nothing_allocates_is_given_back_by_another_thread() {
         purge_with_madv_free_once();

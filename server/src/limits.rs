@@ -123,7 +123,7 @@ pub const LINGER_BYTES: usize = 2 * 1024 * 1024;
 /// How often each core runs engine maintenance (expiry, compaction).
 pub const MAINTENANCE_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the purge thread gives freed memory back to the kernel
-/// (`allocator::start_purge_thread`): well inside mimalloc's own purge
-/// delay (1 s), so a core's allocations never find a purge due and do it
-/// themselves.
+/// (`allocator::start_purge_thread`). It replaces mimalloc's own purge
+/// delay (1 s), and is well inside it, so that while the thread keeps up a
+/// core's allocations never find a purge due and make it themselves.
 pub const PURGE_INTERVAL: Duration = Duration::from_millis(100);

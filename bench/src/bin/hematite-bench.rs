@@ -120,8 +120,9 @@ struct Args {
     #[arg(long)]
     quiet: bool,
     /// Print each measured request that took at least this many
-    /// milliseconds to stderr (0: none): when it was due (Unix time), how
-    /// late it went out, and how long its answer took after that. Tells a
+    /// milliseconds to stderr at the end of the run (0: none): when it was
+    /// due (Unix time), how late it went out, and how long its answer took
+    /// after that. Tells a
     /// slow server (sent on time, answered late) from a client or
     /// connection that was behind (sent late), and lines a tail up with the
     /// server's own log.
@@ -270,6 +271,10 @@ struct Stats {
     errors: BTreeMap<String, u64>,
     cycles: u64,
     done: u64,
+    /// `--slow-log-ms` lines, printed after the run: writing each as it
+    /// came would cost the client a system call per slow request, just
+    /// when it is behind.
+    slow: Vec<String>,
 }
 
 impl Stats {
@@ -403,12 +408,17 @@ async fn connection(
                         let took = t0.elapsed();
                         s.record(name, &queue, took.as_micros() as u64);
                         if args.slow_log_ms > 0 && took >= Duration::from_millis(args.slow_log_ms) {
-                            eprintln!(
+                            // Only a loop's first request is timed from its
+                            // slot; a cycle's get and deletes are timed from
+                            // their own send, so for them `due` is that send.
+                            let send = if t0 == scheduled { sent } else { t0 };
+                            let line = format!(
                                 "slow {name} conn={idx} due={:.6} sent_late_us={} answered_after_us={}",
                                 unix_seconds(t0),
-                                sent.saturating_duration_since(t0).as_micros(),
-                                sent.elapsed().as_micros()
+                                send.saturating_duration_since(t0).as_micros(),
+                                send.elapsed().as_micros()
                             );
+                            s.slow.push(line);
                         }
                     }
                 }
@@ -677,6 +687,14 @@ fn main() {
                 }
                 reporter.await;
                 let s = stats.borrow();
+                if !s.slow.is_empty() {
+                    use std::io::Write;
+                    let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+                    for line in &s.slow {
+                        let _ = writeln!(err, "{line}");
+                    }
+                    let _ = err.flush();
+                }
                 ThreadResult {
                     hist: s.hist.clone(),
                     errors: s.errors.clone(),
