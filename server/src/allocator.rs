@@ -104,8 +104,8 @@ unsafe extern "C" {
 /// `MADV_FREE` costs the core less than with `MADV_DONTNEED`; a pass after
 /// a deleted queue of 600k messages held the core 15-24 ms with
 /// `MADV_DONTNEED` (docs/benchmarks.md, "Memory given back lazily"). The
-/// passes are made by the purge thread ([`start_purge_thread`]), off the
-/// cores ("The purge moved off the cores"). The pages stay counted in the
+/// passes are made by the purge thread ([`start_purge_thread`]), not by an
+/// executor ("The purge moved off the cores"). The pages stay counted in the
 /// resident size until the kernel needs them, and are reused without a
 /// fault if it has not taken them by then.
 ///

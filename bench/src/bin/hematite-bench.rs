@@ -122,10 +122,9 @@ struct Args {
     /// Print each measured request that took at least this many
     /// milliseconds to stderr at the end of the run (0: none): when it was
     /// due (Unix time), how late it went out, and how long its answer took
-    /// after that. Tells a
-    /// slow server (sent on time, answered late) from a client or
-    /// connection that was behind (sent late), and lines a tail up with the
-    /// server's own log.
+    /// after that. Tells a slow server (sent on time, answered late) from a
+    /// client or connection that was behind (sent late), and lines a tail
+    /// up with the server's own log.
     #[arg(long, default_value_t = 0)]
     slow_log_ms: u64,
 }
