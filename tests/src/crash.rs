@@ -340,16 +340,9 @@ struct Server {
 impl Server {
     fn start(cfg: &Config, port: u16) -> Result<Server, String> {
         let extra: Vec<&str> = cfg.server_args.iter().map(String::as_str).collect();
-        let mut cmd = crate::proc::command(&cfg.bin, port, &cfg.data_dir, &extra);
         // If the harness itself dies (a panic that aborts, a timeout's
-        // signal), the server goes with it instead of living on orphaned.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // signal), the server goes with it: `spawn_ready` asks for that.
+        let cmd = crate::proc::command(&cfg.bin, port, &cfg.data_dir, &extra);
         let mut child = crate::proc::spawn_ready(cmd)?;
         let stderr = StderrTail::attach(&mut child);
         Ok(Server { child, stderr })

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,30 @@ pub fn command(bin: &Path, port: u16, data_dir: &Path, extra: &[&str]) -> Comman
 
 /// Spawns the command and waits for the ready line. Stderr is piped (tests
 /// may read the log after the process ends).
+///
+/// The child is SIGKILLed when the thread that started it ends: a test that
+/// panics before its guard stops the server (or that has no guard) must not
+/// leave a server running, holding a port and a CPU through later tests and
+/// measurements. libtest runs each test on a thread of its own, so that
+/// thread's end is the test's end. A caller that wants the server to outlive
+/// the starting thread must start it from the thread that outlives it.
 pub fn spawn_ready(mut cmd: Command) -> Result<Child, String> {
+    // SAFETY: prctl and getppid are async-signal-safe, and nothing else runs
+    // in the child between fork and exec.
+    unsafe {
+        let parent = libc::getpid();
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have ended between fork and prctl, with no
+            // signal to come: do not run orphaned.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

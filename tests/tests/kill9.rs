@@ -72,3 +72,43 @@ fn kill9_reports_an_exit_it_did_not_cause() {
     let status = hematite_tests::proc::kill9_checked(&mut runs).expect("killed by SIGKILL");
     assert_eq!(hematite_tests::proc::describe(status), "killed by signal 9");
 }
+
+/// A server started by a test that then panics, before anything stops it,
+/// does not outlive the test: a server left running holds its port and a
+/// CPU through every later test and measurement.
+#[test]
+fn a_child_dies_with_the_thread_that_started_it() {
+    use std::process::Command;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let test = std::thread::spawn(move || {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo hematite ready; exec sleep 60"]);
+        let child = hematite_tests::proc::spawn_ready(cmd).expect("the stand-in starts");
+        tx.send(child.id()).unwrap();
+        // Neither stopped nor waited for: what a failing test leaves.
+        std::mem::forget(child);
+        panic!("the test fails before its server is stopped");
+    });
+    assert!(test.join().is_err(), "the thread panicked");
+    let pid = i32::try_from(rx.recv().unwrap()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut status = 0;
+        // SAFETY: reaping our own child, without blocking.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid {
+            assert!(
+                libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
+                "the child ended with wait status {status:#x}, not by SIGKILL"
+            );
+            return;
+        }
+        assert_eq!(got, 0, "waitpid: {}", std::io::Error::last_os_error());
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child, which outlived the test: end it here.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child outlived the thread that started it by 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
