@@ -744,6 +744,9 @@ fn main() {
         on_executor(args.cpu, move || teardown(Rc::new(a), Rc::new(k)));
     }
     let secs = args.duration;
+    // The measured window in Unix time, so a slow log or a server log can be
+    // placed in the run (the warm-up and the queue deletion are outside it).
+    let (window_from, window_to) = (unix_seconds(measure_from), unix_seconds(end));
     // Per operation (all queues) and per operation and queue.
     let mut by_op: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
     for ((op, _), h) in &hist {
@@ -834,7 +837,7 @@ fn main() {
         .collect();
     let errs: Vec<String> = errors.iter().map(|(c, n)| format!("\"{c}\":{n}")).collect();
     println!(
-        "{{\"label\":\"{}\",\"workload\":\"{:?}\",\"connections\":{},\"queues\":{},\"rate\":{},\"message_size\":{},\"prefill\":{},\"seconds\":{},\"cycles_per_sec\":{:.1},\"ops\":{{{}}},\"errors\":{{{}}}}}",
+        "{{\"label\":\"{}\",\"workload\":\"{:?}\",\"connections\":{},\"queues\":{},\"rate\":{},\"message_size\":{},\"prefill\":{},\"seconds\":{},\"cycles_per_sec\":{:.1},\"measured_from_unix\":{:.3},\"measured_to_unix\":{:.3},\"ops\":{{{}}},\"errors\":{{{}}}}}",
         args.label.replace('"', ""),
         args.workload,
         args.connections,
@@ -844,6 +847,8 @@ fn main() {
         args.prefill,
         args.duration,
         cycles as f64 / secs,
+        window_from,
+        window_to,
         ops_json.join(","),
         errs.join(",")
     );
