@@ -129,22 +129,21 @@ struct Args {
     slow_log_ms: u64,
 }
 
-/// The wall-clock time of an `Instant`, as Unix seconds, for the slow log.
+/// The wall-clock time of an `Instant`, as Unix seconds, for the slow log
+/// and the result's measured window. One anchor for the whole process, taken
+/// in `main` before any run, so every thread's times agree with each other.
 fn unix_seconds(at: Instant) -> f64 {
-    thread_local! {
-        static ANCHOR: (Instant, std::time::SystemTime) = (Instant::now(), std::time::SystemTime::now());
+    static ANCHOR: std::sync::OnceLock<(Instant, std::time::SystemTime)> = std::sync::OnceLock::new();
+    let (i, w) = ANCHOR.get_or_init(|| (Instant::now(), std::time::SystemTime::now()));
+    let since = w
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    if at >= *i {
+        since + (at - *i).as_secs_f64()
+    } else {
+        since - (*i - at).as_secs_f64()
     }
-    ANCHOR.with(|(i, w)| {
-        let since = w
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        if at >= *i {
-            since + (at - *i).as_secs_f64()
-        } else {
-            since - (*i - at).as_secs_f64()
-        }
-    })
 }
 
 struct Endpoint {
@@ -625,6 +624,8 @@ struct ThreadResult {
 
 fn main() {
     let args = Args::parse();
+    // The anchor of every Unix time this run prints, taken once.
+    let _ = unix_seconds(Instant::now());
     if args.queues == 0 || args.connections == 0 || args.threads == 0 {
         eprintln!("--queues, --connections and --threads must be at least 1");
         std::process::exit(2);
