@@ -51,6 +51,11 @@ struct Args {
     /// of how the rate answers per-request work (docs/benchmarks.md).
     #[arg(long, default_value_t = 0.0)]
     work_us: f64,
+    /// Log every group commit that took at least this long, to stderr, as
+    /// Hematite logs its own (its `SLOW_COMMIT`, 50 ms): so a stall of the
+    /// device in an open-loop run can be told from a stall of Hematite's.
+    #[arg(long, default_value_t = 50)]
+    slow_commit_ms: u64,
 }
 
 /// The device's write unit: commits start and end on it (O_DIRECT).
@@ -82,7 +87,12 @@ fn main() {
 
 async fn serve(args: Args) -> std::io::Result<()> {
     let log = match &args.durable {
-        Some(dir) => Some(Rc::new(Log::open(dir, args.ring_mib << 20, args.fresh_files)?)),
+        Some(dir) => Some(Rc::new(Log::open(
+            dir,
+            args.ring_mib << 20,
+            args.fresh_files,
+            std::time::Duration::from_millis(args.slow_commit_ms),
+        )?)),
         None => None,
     };
     let answers = Rc::new(Answers::new());
@@ -256,6 +266,8 @@ struct Log {
     durable: Cell<u64>,
     committing: Cell<bool>,
     changed: event_listener::Event,
+    /// `--slow-commit-ms`.
+    slow: std::time::Duration,
 }
 
 impl Log {
@@ -281,7 +293,7 @@ impl Log {
         Ok(file)
     }
 
-    fn open(dir: &std::path::Path, ring: u64, fresh_files: bool) -> std::io::Result<Self> {
+    fn open(dir: &std::path::Path, ring: u64, fresh_files: bool, slow: std::time::Duration) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = if fresh_files {
             Self::fallocated(&dir.join("0.log"), ring)?
@@ -307,6 +319,7 @@ impl Log {
             durable: Cell::new(0),
             committing: Cell::new(false),
             changed: event_listener::Event::new(),
+            slow,
         })
     }
 
@@ -363,23 +376,51 @@ impl Log {
         }
         self.pos.set(at + buf.len() as u64);
         let file = self.file.borrow().clone();
+        let started = std::time::Instant::now();
         let result = glommio::executor()
-            .spawn_blocking(move || -> std::io::Result<()> {
+            .spawn_blocking(move || -> std::io::Result<(std::time::Duration, std::time::Duration)> {
+                let t = std::time::Instant::now();
                 file.write_all_at(buf.as_slice(), at)?;
-                file.sync_data()
+                let write = t.elapsed();
+                file.sync_data()?;
+                Ok((write, t.elapsed().saturating_sub(write)))
             })
             .await;
-        *self.open.borrow_mut() = {
-            let mut v = bytes;
-            v.clear();
-            v
-        };
+        let took = started.elapsed();
+        if let (Ok((write, sync)), true) = (&result, took >= self.slow) {
+            // The same fields as Hematite's "slow group commit", with the
+            // Unix time at which the commit ended, so bench/compare can
+            // place it in an open-loop run's measured window.
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64();
+            eprintln!(
+                "ceiling: slow group commit unix={unix:.3} ms={} write_us={} fdatasync_us={} bytes={}",
+                took.as_millis(),
+                write.as_micros(),
+                sync.as_micros(),
+                bytes.len()
+            );
+        }
+        // Bodies that arrived during the commit are in the open group
+        // already: the written group's buffer replaces it only when it is
+        // still empty (it was once put back unconditionally, and dropped
+        // every body appended while a commit ran: see docs/benchmarks.md,
+        // "The ceiling dropped bodies").
+        let mut spare = bytes;
+        spare.clear();
+        let mut open = self.open.borrow_mut();
+        if open.is_empty() {
+            *open = spare;
+        }
+        drop(open);
         self.committing.set(false);
         if result.is_ok() {
             self.durable.set(batch);
         }
         self.changed.notify(usize::MAX);
-        result
+        result.map(|_| ())
     }
 }
 
