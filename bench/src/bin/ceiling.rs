@@ -141,7 +141,7 @@ async fn connection(
             start += len;
         }
         if let (Some(log), Some(batch)) = (&log, wait_for) {
-            log.wait_durable(batch).await?;
+            log.wait_durable(batch).await;
         }
         if !out.is_empty() {
             stream.write_all(&out).await?;
@@ -331,13 +331,13 @@ impl Log {
 
     /// Returns once group `batch` is durable. The first waiter to find no
     /// commit running writes the open group for everyone.
-    async fn wait_durable(&self, batch: u64) -> std::io::Result<()> {
+    async fn wait_durable(&self, batch: u64) {
         loop {
             if self.durable.get() >= batch {
-                return Ok(());
+                return;
             }
             if !self.committing.get() {
-                self.commit().await?;
+                self.commit().await;
                 continue;
             }
             let listener = self.changed.listen();
@@ -348,8 +348,15 @@ impl Log {
         }
     }
 
-    async fn commit(&self) -> std::io::Result<()> {
+    /// Writes and syncs the open group. A failure ends the process: the
+    /// groups after it would mark the failed one durable (`durable` is a
+    /// high-water mark), and a reference that answers unwritten bodies
+    /// measures nothing (Hematite's log poisons itself for the same
+    /// reason).
+    async fn commit(&self) {
         self.committing.set(true);
+        // From before a rotation, as Hematite's commit time counts its own.
+        let started = std::time::Instant::now();
         let batch = self.open_batch.get();
         self.open_batch.set(batch + 1);
         let bytes = std::mem::take(&mut *self.open.borrow_mut());
@@ -370,14 +377,14 @@ impl Log {
                         File::open(&dir)?.sync_all()?;
                         Ok(f)
                     })
-                    .await?;
+                    .await
+                    .unwrap_or_else(|e| fail("a rotation", e));
                 *self.file.borrow_mut() = Arc::new(next);
             }
         }
         self.pos.set(at + buf.len() as u64);
         let file = self.file.borrow().clone();
-        let started = std::time::Instant::now();
-        let result = glommio::executor()
+        let (write, sync) = glommio::executor()
             .spawn_blocking(move || -> std::io::Result<(std::time::Duration, std::time::Duration)> {
                 let t = std::time::Instant::now();
                 file.write_all_at(buf.as_slice(), at)?;
@@ -385,9 +392,10 @@ impl Log {
                 file.sync_data()?;
                 Ok((write, t.elapsed().saturating_sub(write)))
             })
-            .await;
+            .await
+            .unwrap_or_else(|e| fail("a group commit", e));
         let took = started.elapsed();
-        if let (Ok((write, sync)), true) = (&result, took >= self.slow) {
+        if took >= self.slow {
             // The same fields as Hematite's "slow group commit", with the
             // Unix time at which the commit ended, so bench/compare can
             // place it in an open-loop run's measured window.
@@ -403,25 +411,29 @@ impl Log {
                 bytes.len()
             );
         }
-        // Bodies that arrived during the commit are in the open group
-        // already: the written group's buffer replaces it only when it is
-        // still empty (it was once put back unconditionally, and dropped
-        // every body appended while a commit ran: see docs/benchmarks.md,
-        // "The ceiling dropped bodies").
+        // Bodies that arrived during the commit are in the open group: they
+        // move into the written group's larger buffer, which is kept (it was
+        // once put back over them, and every body appended while a commit
+        // ran was lost: see docs/benchmarks.md, "The ceiling dropped
+        // bodies").
         let mut spare = bytes;
         spare.clear();
         let mut open = self.open.borrow_mut();
-        if open.is_empty() {
+        if spare.capacity() > open.capacity() {
+            spare.extend_from_slice(&open);
             *open = spare;
         }
         drop(open);
         self.committing.set(false);
-        if result.is_ok() {
-            self.durable.set(batch);
-        }
+        self.durable.set(batch);
         self.changed.notify(usize::MAX);
-        result.map(|_| ())
     }
+}
+
+/// Ends the process on a failed write: see `Log::commit`.
+fn fail(what: &str, e: std::io::Error) -> ! {
+    eprintln!("ceiling: {what} failed: {e}");
+    std::process::exit(1)
 }
 
 /// A heap buffer aligned to the block size, as O_DIRECT requires.
