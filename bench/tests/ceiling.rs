@@ -95,7 +95,7 @@ fn the_durable_ceiling_writes_every_body_it_answers() {
     for client in clients {
         client.join().unwrap();
     }
-    // Every answer came after its fdatasync: the file holds them now.
+    // Every answered body has been written by now, if the ceiling is right.
     drop(ceiling);
     let log = std::fs::read(dir.path().join("ceiling.log")).unwrap();
     let found: HashSet<&[u8]> = log

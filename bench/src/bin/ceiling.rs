@@ -261,6 +261,9 @@ struct Log {
     pos: Cell<u64>,
     /// Bodies waiting for the next group, and that group's number.
     open: RefCell<Vec<u8>>,
+    /// The other buffer: the open group swaps with it when a commit takes
+    /// it, so bodies arriving during the commit land in a grown buffer.
+    spare: RefCell<Vec<u8>>,
     open_batch: Cell<u64>,
     /// Every group up to this number is durable.
     durable: Cell<u64>,
@@ -315,6 +318,7 @@ impl Log {
             ring,
             pos: Cell::new(0),
             open: RefCell::new(Vec::with_capacity(256 * 1024)),
+            spare: RefCell::new(Vec::with_capacity(256 * 1024)),
             open_batch: Cell::new(1),
             durable: Cell::new(0),
             committing: Cell::new(false),
@@ -359,7 +363,7 @@ impl Log {
         let started = std::time::Instant::now();
         let batch = self.open_batch.get();
         self.open_batch.set(batch + 1);
-        let bytes = std::mem::take(&mut *self.open.borrow_mut());
+        let bytes = std::mem::replace(&mut *self.open.borrow_mut(), self.spare.take());
         let mut buf = AlignedBuf::zeroed(bytes.len().div_ceil(BLOCK).max(1) * BLOCK);
         buf.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
         let mut at = self.pos.get();
@@ -411,19 +415,14 @@ impl Log {
                 bytes.len()
             );
         }
-        // Bodies that arrived during the commit are in the open group: they
-        // move into the written group's larger buffer, which is kept (it was
-        // once put back over them, and every body appended while a commit
-        // ran was lost: see docs/benchmarks.md, "The ceiling dropped
-        // bodies").
+        // Bodies that arrived during the commit are in the open group,
+        // the other buffer; this one waits for the next swap. (The ceiling
+        // once put this buffer back *as* the open group, over them, and
+        // every body appended while a commit ran was lost: see
+        // docs/benchmarks.md, "The ceiling dropped bodies".)
         let mut spare = bytes;
         spare.clear();
-        let mut open = self.open.borrow_mut();
-        if spare.capacity() > open.capacity() {
-            spare.extend_from_slice(&open);
-            *open = spare;
-        }
-        drop(open);
+        *self.spare.borrow_mut() = spare;
         self.committing.set(false);
         self.durable.set(batch);
         self.changed.notify(usize::MAX);
