@@ -556,8 +556,26 @@ async fn open_shard<D: Storage>(i: usize, cfg: &Config) -> Result<Rc<Shard<D>>, 
 /// memory too: compaction is what frees the memory of deleted messages).
 async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
+        let started = std::time::Instant::now();
         match shard.maintenance().await {
-            Ok(report) => crate::metrics::record_maintenance(&report),
+            Ok(report) => {
+                crate::metrics::record_maintenance(&report);
+                // A rewrite takes this core's CPU from the requests for as
+                // long as it runs, so an operator reading a latency spike
+                // (and bench/compare) can place it: one line per pass that
+                // moved records (docs/benchmarks.md, "The ceiling dropped
+                // bodies", the replay).
+                if report.records_rewritten > 0 {
+                    tracing::info!(
+                        shard = i,
+                        ms = started.elapsed().as_millis() as u64,
+                        rewritten = report.records_rewritten,
+                        scanned = report.messages_scanned,
+                        segments_removed = report.segments_removed,
+                        "compaction pass"
+                    );
+                }
+            }
             Err(e) => tracing::error!(shard = i, "maintenance: {e}"),
         }
         // Whether or not the pass then failed: a full disk fails every pass
