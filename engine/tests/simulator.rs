@@ -446,8 +446,9 @@ impl World {
         // Half the seeds zero segments ahead of the writer (not drawn from
         // the generator, so every seed keeps the shape it had before).
         c.zero_ahead = self.zero_ahead();
-        // Rewrites pause their scans every 1 to 16 messages, so requests
-        // change the queues between a scan's slices (also not drawn).
+        // Rewrites pause their scans, and their moves of records, every 1
+        // to 16 messages, so requests change the queues between a scan's
+        // slices and between moves (also not drawn).
         c.rewrite_scan_slice = 1 + (self.seed / 16 % 16) as usize;
         c
     }

@@ -560,11 +560,12 @@ async fn maintain<D: Disk>(i: usize, shard: Rc<Shard<D>>, stop: Arc<AtomicBool>)
         match shard.maintenance().await {
             Ok(report) => {
                 crate::metrics::record_maintenance(&report);
-                // A rewrite takes this core's CPU from the requests for as
-                // long as it runs, so an operator reading a latency spike
-                // (and bench/compare) can place it: one line per pass that
-                // moved records (docs/benchmarks.md, "The ceiling dropped
-                // bodies", the replay).
+                // A rewrite takes this core's CPU from the requests while it
+                // runs, so an operator reading a latency spike (and
+                // bench/compare) can place it: one line per pass that moved
+                // records. `ms` is the pass's wall time, its pauses and
+                // commits included, not the time it held the core
+                // (docs/benchmarks.md, "The ceiling dropped bodies").
                 if report.records_rewritten > 0 {
                     tracing::info!(
                         shard = i,

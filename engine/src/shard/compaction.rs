@@ -273,11 +273,11 @@ impl<D: Disk> Shard<D> {
         let (found, scanned) = self.messages_in(seg).await;
         // Bodies in the cache are rewritten without an await that suspends
         // (`reserve` is ready at once between rotations), so without a
-        // pause a rewrite of 16k cached records held the core for 44 ms
-        // (docs/benchmarks.md, "The ceiling dropped bodies", the rewrite
-        // in the open loop).
-        // The simulator's small scan slice makes it small here too, so its
-        // seeds interleave requests with the rewrite as well.
+        // pause a rewrite of 16k cached records ran as one stretch, and
+        // answers waited up to 32 ms (docs/benchmarks.md, "The ceiling
+        // dropped bodies", the rewrite in the open loop). The simulator's
+        // small scan slice makes the slice small here too, so its seeds
+        // interleave requests with the moves as well.
         let slice = REWRITE_RECORD_SLICE.min(self.cfg.rewrite_scan_slice).max(1);
         let mut budget = slice;
         for (qid, seq, loc) in found {
