@@ -61,15 +61,14 @@ pub enum Principal<'t> {
     },
 }
 
-// HMAC takes keys of any length (longer ones are hashed first, RFC 2104
-// section 2), so this cannot fail; the API is fallible only for MACs with fixed
-// key sizes.
-#[allow(clippy::expect_used)]
 fn sign(key: &[u8], msg: &str) -> HmacSha256 {
     sign_parts(key, &[msg])
 }
 
 /// The HMAC of `parts` one after another, as of their concatenation.
+// HMAC takes keys of any length (longer ones are hashed first, RFC 2104
+// section 2), so this cannot fail; the API is fallible only for MACs with fixed
+// key sizes.
 #[allow(clippy::expect_used)]
 fn sign_parts(key: &[u8], parts: &[&str]) -> HmacSha256 {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
