@@ -29,7 +29,7 @@ pub struct Target<'r> {
     pub messages: bool,
     pub message_id: Option<String>,
     /// The path exactly as sent, still percent-encoded (what Shared Key signs).
-    pub raw_path: &'r str,
+    pub raw_path: Cow<'r, str>,
     /// Query parameters, names lower-cased, names and values decoded.
     pub query: Vec<(Cow<'r, str>, Cow<'r, str>)>,
 }
@@ -37,6 +37,105 @@ pub struct Target<'r> {
 impl Target<'_> {
     pub fn param(&self, name: &str) -> Option<&str> {
         self.query.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_ref())
+    }
+
+    /// The same target, borrowing nothing from its request.
+    pub fn into_owned(self) -> Target<'static> {
+        let owned = |c: Cow<'_, str>| -> Cow<'static, str> { Cow::Owned(c.into_owned()) };
+        Target {
+            account: self.account,
+            secondary: self.secondary,
+            queue: self.queue,
+            messages: self.messages,
+            message_id: self.message_id,
+            raw_path: owned(self.raw_path),
+            query: self.query.into_iter().map(|(n, v)| (owned(n), owned(v))).collect(),
+        }
+    }
+}
+
+/// The targets of a connection's recent requests, parsed once for all the
+/// requests that repeat them. A client sends the same few URLs over and
+/// over (an SDK putting to and getting from one queue sends the same path
+/// and SAS query with every put, and another with every get), and parsing
+/// them, the query above all, was an eighth of a put's instructions
+/// (docs/benchmarks.md, "A connection's targets parsed once").
+///
+/// The parse is a function of the request target and the `Host` header
+/// alone (and of the core's fixed [`Addressing`]), so both together are the
+/// key, compared in full; only what parsed without error is kept, and a
+/// target is kept parsed only from its second sight on, so a URL that never
+/// repeats (Delete Message's carries its receipt) costs two copies into
+/// reused buffers, not a parse into owned strings. Nothing about the
+/// request's authority is kept: every request is still authenticated and
+/// authorized on its own. Owned by one connection, on its core.
+#[derive(Default)]
+pub struct TargetCache {
+    slots: [TargetSlot; crate::limits::TARGET_CACHE_SLOTS],
+    /// Requests seen: each slot's `used` is from this count, and the least
+    /// recently used slot takes a new target.
+    clock: u64,
+}
+
+#[derive(Default)]
+struct TargetSlot {
+    /// Whether `raw` and `host` hold a request's (an empty target is one).
+    full: bool,
+    raw: String,
+    host: String,
+    /// `raw` and `host` parsed, from their second sight on.
+    parsed: Option<Target<'static>>,
+    used: u64,
+}
+
+impl TargetCache {
+    /// [`parse_target`] of `req`, from the cache when a recent request had
+    /// the same target and host.
+    pub fn parse<'a>(&'a mut self, req: &'a Request, addressing: &Addressing) -> Result<Cow<'a, Target<'a>>, ApiError> {
+        let host = req.header("host").unwrap_or("");
+        self.clock = self.clock.wrapping_add(1);
+        let clock = self.clock;
+        let at = self
+            .slots
+            .iter()
+            .position(|s| s.full && s.raw == req.target && s.host == host);
+        let Some(at) = at else {
+            let fresh = parse_target(req, addressing)?;
+            self.remember(&req.target, host);
+            return Ok(Cow::Owned(fresh));
+        };
+        let Some(slot) = self.slots.get_mut(at) else {
+            return parse_target(req, addressing).map(Cow::Owned);
+        };
+        slot.used = clock;
+        let parsed = match slot.parsed.take() {
+            Some(t) => t,
+            None => parse_target(req, addressing)?.into_owned(),
+        };
+        debug_assert_eq!(
+            Some(&parsed),
+            parse_target(req, addressing).ok().as_ref(),
+            "a cached target differs from its parse"
+        );
+        Ok(Cow::Borrowed(slot.parsed.insert(parsed)))
+    }
+
+    /// Keeps the key in the least recently used slot (its buffers reused),
+    /// unparsed until it comes again.
+    fn remember(&mut self, target: &str, host: &str) {
+        if target.len().saturating_add(host.len()) > crate::limits::MAX_CACHED_TARGET_BYTES {
+            return;
+        }
+        let clock = self.clock;
+        if let Some(slot) = self.slots.iter_mut().min_by_key(|s| s.used) {
+            slot.parsed = None;
+            slot.raw.clear();
+            slot.raw.push_str(target);
+            slot.host.clear();
+            slot.host.push_str(host);
+            slot.full = true;
+            slot.used = clock;
+        }
     }
 }
 
@@ -289,7 +388,7 @@ pub fn parse_target<'r>(req: &'r Request, addressing: &Addressing) -> Result<Tar
         queue: rest.first().map(|s| s.to_string()),
         messages: rest.len() >= 2,
         message_id: rest.get(2).map(|s| s.to_string()),
-        raw_path,
+        raw_path: Cow::Borrowed(raw_path),
         query,
     })
 }
@@ -530,7 +629,7 @@ pub(crate) mod tests {
             queue: segs.first().map(|s| s.to_string()),
             messages: segs.len() >= 2,
             message_id: segs.get(2).map(|s| s.to_string()),
-            raw_path,
+            raw_path: Cow::Borrowed(raw_path),
             query,
         })
     }
@@ -584,6 +683,40 @@ pub(crate) mod tests {
             let r: &'static Request = Box::leak(Box::new(req("GET", &target, host)));
             let a = Addressing::default();
             proptest::prop_assert_eq!(parse_target(r, &a), parse_target_reference(r, &a), "{:?}", target);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// A connection's cache answers every request of any sequence
+        /// exactly as a fresh parse does: targets that differ only in the
+        /// host (a host-style account), in a query value or in the case of
+        /// an escape, a target too long to keep, one that fails to parse,
+        /// and more distinct targets than the cache has slots.
+        #[test]
+        fn the_target_cache_answers_as_a_fresh_parse(
+            sequence in proptest::collection::vec((0usize..9, 0usize..3), 1..40),
+        ) {
+            let long = format!("/acct/q?x={}", "y".repeat(crate::limits::MAX_CACHED_TARGET_BYTES));
+            let targets = [
+                "/acct/q/messages?sv=2026-10-06&sig=a%2Bb",
+                "/acct/q/messages?sv=2026-10-06&sig=a%2bb",
+                "/acct/q/messages?sv=2026-10-06&sig=a%2Bc",
+                "/q/messages?sig=x",
+                "/acct/q/messages/id?popreceipt=r1",
+                "/acct/q/messages/id?popreceipt=r2",
+                "/acct/q?comp=metadata",
+                "relative?sig=x",
+                long.as_str(),
+            ];
+            let hosts = ["127.0.0.1:10001", "acct.queue.localhost", "other.queue.localhost:10001"];
+            let a = Addressing::default();
+            let mut cache = TargetCache::default();
+            for (t, h) in sequence {
+                let r: &'static Request = Box::leak(Box::new(req("GET", targets[t], hosts[h])));
+                let cached = cache.parse(r, &a).map(Cow::into_owned);
+                proptest::prop_assert_eq!(cached, parse_target(r, &a), "{} at {}", targets[t], hosts[h]);
+            }
         }
     }
 

@@ -229,7 +229,7 @@ fn canonical_headers(h: &[MsHeader<'_>], culture: bool) -> String {
 }
 
 fn canonical_resource(account: &str, t: &Target<'_>) -> String {
-    let path = if t.raw_path.is_empty() { "/" } else { t.raw_path };
+    let path = if t.raw_path.is_empty() { "/" } else { &t.raw_path };
     let mut s = String::with_capacity(account.len().saturating_add(path.len()).saturating_add(64));
     s.push('/');
     s.push_str(account);
@@ -396,7 +396,7 @@ fn shared_key_lite_string(req: &Request, account: &str, t: &Target<'_>) -> Strin
     s.push_str(&canonical_headers(&ms_headers(req), false));
     s.push('/');
     s.push_str(account);
-    s.push_str(if t.raw_path.is_empty() { "/" } else { t.raw_path });
+    s.push_str(if t.raw_path.is_empty() { "/" } else { &t.raw_path });
     if let Some(c) = t.param("comp") {
         s.push_str("?comp=");
         s.push_str(c);
@@ -940,7 +940,7 @@ mod tests {
         }
 
         fn old_canonical_resource(account: &str, t: &Target<'_>) -> String {
-            let path = if t.raw_path.is_empty() { "/" } else { t.raw_path };
+            let path = if t.raw_path.is_empty() { "/" } else { &t.raw_path };
             let mut s = format!("/{account}{path}");
             let mut names: Vec<&str> = t.query.iter().map(|(n, _)| n.as_ref()).collect();
             names.sort_unstable();

@@ -2,8 +2,9 @@
 //! (pipelined or not), handle them in order, write the responses, enforce the
 //! idle and slow-request timeouts, and close after bad framing.
 
+use crate::addressing::TargetCache;
 use crate::error::ApiError;
-use crate::handler::{handle, Ctx};
+use crate::handler::{handle_parsed, Ctx};
 use crate::http::{FrameError, Hangup, LargeBodies, Reader, Request};
 use crate::limits::*;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -250,6 +251,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     let (watch_id, watch) = reaper.register(fd);
     let unwatch = Unwatch(reaper, watch_id);
     let mut out = Vec::with_capacity(4096);
+    let mut targets = TargetCache::default();
     if count.get() > ctx.limits.max_connections {
         // Over TLS this answer never arrives (no handshake happens): the
         // client sees the connection closed.
@@ -270,7 +272,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
         };
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
         let head = req.method == "HEAD";
-        let resp = handle_watching_peer(&ctx, req, peer, &watch).await;
+        let resp = handle_watching_peer(&ctx, req, peer, &watch, &mut targets).await;
         resp.encode(&mut out, head, !keep);
         if !keep {
             break;
@@ -363,15 +365,16 @@ async fn handle_watching_peer<D: engine::disk::Disk>(
     mut req: Request,
     peer: IpAddr,
     watch: &Watch,
+    targets: &mut TargetCache,
 ) -> crate::http::Response {
     if req.method != "GET" {
-        return handle(ctx, &req, peer).await;
+        return handle_parsed(ctx, &req, peer, targets).await;
     }
     let hangup = Rc::new(Hangup::default());
     req.hangup = Some(hangup.clone());
     *watch.hangup.borrow_mut() = Some(hangup);
     watch.check_peer_from.set(watch.deadline_in(LONG_REQUEST));
-    let resp = handle(ctx, &req, peer).await;
+    let resp = handle_parsed(ctx, &req, peer, targets).await;
     watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
     resp

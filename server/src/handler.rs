@@ -2,7 +2,7 @@
 //! authentication, routing, and the operation (one module each in
 //! [`crate::ops`]). Runs on the core that accepted the connection.
 
-use crate::addressing::{parse_target, Addressing, Target};
+use crate::addressing::{Addressing, Target, TargetCache};
 use crate::auth::{self, Account, Accounts, Principal, Sas};
 use crate::error::ApiError;
 use crate::http::{Request, Response};
@@ -42,6 +42,12 @@ pub struct Security {
 
 /// Handles one request; never fails (errors become Azure error responses).
 pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Response {
+    handle_parsed(ctx, req, peer, &mut TargetCache::default()).await
+}
+
+/// [`handle`] for a connection, which keeps its last request's target
+/// parsed in `targets` for the next.
+pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, targets: &mut TargetCache) -> Response {
     // Test builds only: lets the suite prove that a panicking shard stops
     // the whole process (docs/decisions/0004-a-dead-shard-stops-the-process.md).
     #[cfg(feature = "fault-injection")]
@@ -65,7 +71,7 @@ pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Respo
     let result = if req.method == "OPTIONS" {
         ops::cors::preflight(ctx, req).await
     } else {
-        dispatch(ctx, req, peer, now, &mut op).await
+        dispatch(ctx, req, peer, now, &mut op, targets).await
     };
     let mut resp = result.unwrap_or_else(|e| e.response(&request_id, &iso8601_7(OffsetDateTime::from(now))));
     resp.push_header("x-ms-request-id", request_id);
@@ -197,8 +203,9 @@ async fn dispatch<D: Disk>(
     peer: IpAddr,
     now: SystemTime,
     routed: &mut Option<ops::Operation>,
+    targets: &mut TargetCache,
 ) -> Result<Response, ApiError> {
-    let t = parse_target(req, &ctx.addressing)?;
+    let t = targets.parse(req, &ctx.addressing)?;
     if let Some(v) = req.header("x-ms-version") {
         if !valid_version(v) {
             return Err(ApiError::invalid_header("x-ms-version", v));

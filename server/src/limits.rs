@@ -100,6 +100,13 @@ pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 /// by its signature (a part of it), so the set holds at most 2 MiB per core.
 pub const MAX_CACHED_SAS_SIGNATURES: usize = 1024;
 pub const MAX_CACHED_SAS_ENTRY_BYTES: usize = 1024;
+/// Request targets a connection keeps parsed (`addressing::TargetCache`):
+/// enough for a client's put, get and peek URLs beside one that never
+/// repeats (a delete's).
+pub const TARGET_CACHE_SLOTS: usize = 4;
+/// Longest request target and `Host` (together) a connection keeps; a SAS
+/// URL is about 300 bytes.
+pub const MAX_CACHED_TARGET_BYTES: usize = 2048;
 /// Longest `x-ms-client-request-id` echoed back.
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
 /// How often each core proves to the main thread that it still runs.

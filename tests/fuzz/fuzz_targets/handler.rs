@@ -360,6 +360,10 @@ fuzz_target!(|data: &[u8]| {
             };
             world.inputs += 1;
             world.clock.advance_ms(u64::from(inp.byte()) * 1000);
+            // One connection's requests: a target it repeats is parsed from
+            // its cache (which, in this debug build, asserts that the cached
+            // parse equals a fresh one).
+            let mut targets = server::addressing::TargetCache::default();
             for _ in 0..1 + inp.byte() % 3 {
                 let (method, target, headers, body, auth) = generate(&mut inp, &world.seen);
                 let Some(bytes) = sign(&method, &target, &headers, &body, auth, &mut inp) else {
@@ -367,7 +371,8 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let mut reader = Reader::new(Bytes(bytes, 0));
                 let Ok(Some(req)) = reader.next_request().await else { continue };
-                let resp = server::handler::handle(&world.ctx, &req, "127.0.0.1".parse().expect("an address")).await;
+                let peer = "127.0.0.1".parse().expect("an address");
+                let resp = server::handler::handle_parsed(&world.ctx, &req, peer, &mut targets).await;
                 let mut wire = Vec::new();
                 resp.encode(&mut wire, req.method == "HEAD", false);
                 check_answer(&req.method, &wire);
