@@ -401,7 +401,7 @@ fn plain_message_text(body: &str) -> Option<&str> {
 /// and of the rest of U+F000..U+FFFF) is looked at again, closely.
 fn plain_text_bytes(text: &str) -> bool {
     // Keep in step with `check_xml_chars`: its refusals must all be here.
-    const CHUNK: usize = 32;
+    const CHUNK: usize = 256;
     const BAD: u8 = 1;
     const BRACKET: u8 = 2;
     const EF: u8 = 4;
