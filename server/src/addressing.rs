@@ -66,9 +66,15 @@ impl Target<'_> {
 /// key, compared in full; only what parsed without error is kept, and a
 /// target is kept parsed only from its second sight on, so a URL that never
 /// repeats (Delete Message's carries its receipt) costs two copies into
-/// reused buffers, not a parse into owned strings. Nothing about the
-/// request's authority is kept: every request is still authenticated and
-/// authorized on its own. Owned by one connection, on its core.
+/// reused buffers, not a parse into owned strings. A slot holding only a
+/// key is taken before one holding a parse, so such URLs do not push the
+/// repeated ones out. Nothing about the request's authority is kept: every
+/// request is still authenticated and authorized on its own.
+///
+/// Bounded per connection: a key of at most `MAX_CACHED_TARGET_BYTES`, a
+/// parse of at most `MAX_CACHED_TARGET_PARAMETERS` query parameters, in
+/// `TARGET_CACHE_SLOTS` slots (docs/SECURITY.md, "Limits"). Owned by one
+/// connection, on its core, and used with that core's one `Addressing`.
 #[derive(Default)]
 pub struct TargetCache {
     slots: [TargetSlot; crate::limits::TARGET_CACHE_SLOTS],
@@ -110,7 +116,13 @@ impl TargetCache {
         slot.used = clock;
         let parsed = match slot.parsed.take() {
             Some(t) => t,
-            None => parse_target(req, addressing)?.into_owned(),
+            None => {
+                let fresh = parse_target(req, addressing)?;
+                if fresh.query.len() > crate::limits::MAX_CACHED_TARGET_PARAMETERS {
+                    return Ok(Cow::Owned(fresh));
+                }
+                fresh.into_owned()
+            }
         };
         debug_assert_eq!(
             Some(&parsed),
@@ -120,14 +132,15 @@ impl TargetCache {
         Ok(Cow::Borrowed(slot.parsed.insert(parsed)))
     }
 
-    /// Keeps the key in the least recently used slot (its buffers reused),
-    /// unparsed until it comes again.
+    /// Keeps the key, unparsed until it comes again, in the least recently
+    /// used slot of those without a parse, or if every slot has one, the
+    /// least recently used (its buffers reused).
     fn remember(&mut self, target: &str, host: &str) {
         if target.len().saturating_add(host.len()) > crate::limits::MAX_CACHED_TARGET_BYTES {
             return;
         }
         let clock = self.clock;
-        if let Some(slot) = self.slots.iter_mut().min_by_key(|s| s.used) {
+        if let Some(slot) = self.slots.iter_mut().min_by_key(|s| (s.parsed.is_some(), s.used)) {
             slot.parsed = None;
             slot.raw.clear();
             slot.raw.push_str(target);
@@ -691,16 +704,22 @@ pub(crate) mod tests {
         /// A connection's cache answers every request of any sequence
         /// exactly as a fresh parse does: targets that differ only in the
         /// host (a host-style account), in a query value or in the case of
-        /// an escape, a target too long to keep, one that fails to parse,
-        /// and more distinct targets than the cache has slots.
+        /// a path escape (which decode alike, but Shared Key signs the raw
+        /// path), a target too long to keep, one with too many parameters
+        /// to keep parsed, one that fails to parse, and more distinct
+        /// targets than the cache has slots.
         #[test]
         fn the_target_cache_answers_as_a_fresh_parse(
-            sequence in proptest::collection::vec((0usize..9, 0usize..3), 1..40),
+            sequence in proptest::collection::vec((0usize..10, 0usize..3), 1..40),
         ) {
             let long = format!("/acct/q?x={}", "y".repeat(crate::limits::MAX_CACHED_TARGET_BYTES));
+            let many = format!(
+                "/acct/q?{}",
+                (0..=crate::limits::MAX_CACHED_TARGET_PARAMETERS).map(|i| format!("p{i}=v")).collect::<Vec<_>>().join("&")
+            );
             let targets = [
-                "/acct/q/messages?sv=2026-10-06&sig=a%2Bb",
-                "/acct/q/messages?sv=2026-10-06&sig=a%2bb",
+                "/acct/q%2A/messages?sv=2026-10-06&sig=a%2Bb",
+                "/acct/q%2a/messages?sv=2026-10-06&sig=a%2Bb",
                 "/acct/q/messages?sv=2026-10-06&sig=a%2Bc",
                 "/q/messages?sig=x",
                 "/acct/q/messages/id?popreceipt=r1",
@@ -708,6 +727,7 @@ pub(crate) mod tests {
                 "/acct/q?comp=metadata",
                 "relative?sig=x",
                 long.as_str(),
+                many.as_str(),
             ];
             let hosts = ["127.0.0.1:10001", "acct.queue.localhost", "other.queue.localhost:10001"];
             let a = Addressing::default();

@@ -45,8 +45,8 @@ pub async fn handle<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr) -> Respo
     handle_parsed(ctx, req, peer, &mut TargetCache::default()).await
 }
 
-/// [`handle`] for a connection, which keeps its last request's target
-/// parsed in `targets` for the next.
+/// [`handle`] for a connection, which keeps its recent requests' targets
+/// parsed in `targets` for the requests that repeat them.
 pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, targets: &mut TargetCache) -> Response {
     // Test builds only: lets the suite prove that a panicking shard stops
     // the whole process (docs/decisions/0004-a-dead-shard-stops-the-process.md).

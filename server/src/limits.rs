@@ -106,7 +106,12 @@ pub const MAX_CACHED_SAS_ENTRY_BYTES: usize = 1024;
 pub const TARGET_CACHE_SLOTS: usize = 4;
 /// Longest request target and `Host` (together) a connection keeps; a SAS
 /// URL is about 300 bytes.
-pub const MAX_CACHED_TARGET_BYTES: usize = 2048;
+pub const MAX_CACHED_TARGET_BYTES: usize = 1024;
+/// Most query parameters of a target kept parsed (a SAS has nine to
+/// twelve), which bounds the parse's allocations: with the two limits
+/// above, a connection's cache holds at most about 32 KiB (a SAS
+/// client's, a few KiB).
+pub const MAX_CACHED_TARGET_PARAMETERS: usize = 16;
 /// Longest `x-ms-client-request-id` echoed back.
 pub const MAX_CLIENT_REQUEST_ID: usize = 1024;
 /// How often each core proves to the main thread that it still runs.
