@@ -78,8 +78,8 @@ impl Target<'_> {
 #[derive(Default)]
 pub struct TargetCache {
     slots: [TargetSlot; crate::limits::TARGET_CACHE_SLOTS],
-    /// Requests seen: each slot's `used` is from this count, and the least
-    /// recently used slot takes a new target.
+    /// Requests seen: each slot's `used` is from this count, which decides
+    /// the slot a new target takes (`remember`).
     clock: u64,
 }
 
