@@ -69,7 +69,7 @@ pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, t
         Some(v) => v.to_string().into(),
     };
     let result = if req.method == "OPTIONS" {
-        ops::cors::preflight(ctx, req).await
+        ops::cors::preflight(ctx, req, targets).await
     } else {
         dispatch(ctx, req, peer, now, &mut op, targets).await
     };
@@ -86,7 +86,7 @@ pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, t
     // Last, so the exposed-headers list sees every header of the response.
     if req.method != "OPTIONS" {
         if let Some(origin) = req.header("origin") {
-            ops::cors::add_headers(ctx, req, origin, &mut resp).await;
+            ops::cors::add_headers(ctx, req, origin, &mut resp, targets).await;
         }
     }
     let name = match (op, req.method.as_str()) {

@@ -4,7 +4,7 @@
 //! properties, kept on core 0.
 
 use super::get_service_properties::service_properties;
-use crate::addressing::parse_target;
+use crate::addressing::TargetCache;
 use crate::error::ApiError;
 use crate::handler::Ctx;
 use crate::http::{Request, Response};
@@ -41,8 +41,8 @@ fn header_allowed(allowed: &str, h: &str) -> bool {
 }
 
 /// Preflight: no authentication, and the resource need not exist.
-pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response, ApiError> {
-    let t = parse_target(req, &ctx.addressing)?;
+pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request, targets: &mut TargetCache) -> Result<Response, ApiError> {
+    let t = targets.parse(req, &ctx.addressing)?;
     let origin = req
         .header("origin")
         .ok_or_else(|| ApiError::invalid_header("Origin", ""))?;
@@ -94,9 +94,17 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request) -> Result<Response,
 }
 
 /// CORS headers on an ordinary answer (errors included) to a request that
-/// carries `Origin`.
-pub async fn add_headers<D: Disk>(ctx: &Ctx<D>, req: &Request, origin: &str, resp: &mut Response) {
-    let Ok(t) = parse_target(req, &ctx.addressing) else {
+/// carries `Origin`. The target was just parsed for the request itself;
+/// looked up again through the connection's cache, it is parsed a second
+/// time only the first time the connection sends it.
+pub async fn add_headers<D: Disk>(
+    ctx: &Ctx<D>,
+    req: &Request,
+    origin: &str,
+    resp: &mut Response,
+    targets: &mut TargetCache,
+) {
+    let Ok(t) = targets.parse(req, &ctx.addressing) else {
         return;
     };
     if !ctx.accounts.contains_key(&t.account) {
