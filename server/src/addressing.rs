@@ -101,11 +101,7 @@ impl TargetCache {
         let host = req.header("host").unwrap_or("");
         self.clock = self.clock.wrapping_add(1);
         let clock = self.clock;
-        let at = self
-            .slots
-            .iter()
-            .position(|s| s.full && s.raw == req.target && s.host == host);
-        let Some(at) = at else {
+        let Some(at) = self.find(&req.target, host) else {
             let fresh = parse_target(req, addressing)?;
             self.remember(&req.target, host);
             return Ok(Cow::Owned(fresh));
@@ -130,6 +126,28 @@ impl TargetCache {
             "a cached target differs from its parse"
         );
         Ok(Cow::Borrowed(slot.parsed.insert(parsed)))
+    }
+
+    /// A second look at a target this request already went through
+    /// [`TargetCache::parse`] with: the kept parse if there is one, else a
+    /// fresh one. It neither keeps nor counts anything, so the second look
+    /// is not taken for the target's second sight.
+    pub fn get<'a>(&'a self, req: &'a Request, addressing: &Addressing) -> Result<Cow<'a, Target<'a>>, ApiError> {
+        let host = req.header("host").unwrap_or("");
+        let kept = self
+            .find(&req.target, host)
+            .and_then(|at| self.slots.get(at)?.parsed.as_ref());
+        match kept {
+            Some(t) => Ok(Cow::Borrowed(t)),
+            None => parse_target(req, addressing).map(Cow::Owned),
+        }
+    }
+
+    /// The slot keyed by this target and host.
+    fn find(&self, target: &str, host: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.full && s.raw == target && s.host == host)
     }
 
     /// Keeps the key, unparsed until it comes again, in the least recently
@@ -736,8 +754,26 @@ pub(crate) mod tests {
                 let r: &'static Request = Box::leak(Box::new(req("GET", targets[t], hosts[h])));
                 let cached = cache.parse(r, &a).map(Cow::into_owned);
                 proptest::prop_assert_eq!(cached, parse_target(r, &a), "{} at {}", targets[t], hosts[h]);
+                let looked = cache.get(r, &a).map(Cow::into_owned);
+                proptest::prop_assert_eq!(looked, parse_target(r, &a), "get: {} at {}", targets[t], hosts[h]);
             }
         }
+    }
+
+    /// A second look within a request (the CORS headers') is not a second
+    /// sight: a target sent once stays unparsed in the cache, and one sent
+    /// twice is answered from the kept parse.
+    #[test]
+    fn a_second_look_is_not_a_second_sight() {
+        let a = Addressing::default();
+        let once: &'static Request =
+            Box::leak(Box::new(req("DELETE", "/acct/q/messages/id?popreceipt=r", "127.0.0.1")));
+        let mut cache = TargetCache::default();
+        cache.parse(once, &a).unwrap();
+        assert!(matches!(cache.get(once, &a).unwrap(), Cow::Owned(_)));
+        assert!(cache.slots.iter().all(|s| s.parsed.is_none()), "kept after one sight");
+        cache.parse(once, &a).unwrap();
+        assert!(matches!(cache.get(once, &a).unwrap(), Cow::Borrowed(_)));
     }
 
     #[test]

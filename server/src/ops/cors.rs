@@ -95,16 +95,16 @@ pub async fn preflight<D: Disk>(ctx: &Ctx<D>, req: &Request, targets: &mut Targe
 
 /// CORS headers on an ordinary answer (errors included) to a request that
 /// carries `Origin`. The target was just parsed for the request itself;
-/// looked up again through the connection's cache, it is parsed a second
-/// time only the first time the connection sends it.
+/// it is taken from the connection's cache when kept there (a target the
+/// connection sent before), and parsed again otherwise.
 pub async fn add_headers<D: Disk>(
     ctx: &Ctx<D>,
     req: &Request,
     origin: &str,
     resp: &mut Response,
-    targets: &mut TargetCache,
+    targets: &TargetCache,
 ) {
-    let Ok(t) = targets.parse(req, &ctx.addressing) else {
+    let Ok(t) = targets.get(req, &ctx.addressing) else {
         return;
     };
     if !ctx.accounts.contains_key(&t.account) {
