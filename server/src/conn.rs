@@ -304,7 +304,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     }
     close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
     if answered {
-        linger(&watch, &mut r.stream).await;
+        // Boxed: its 4 KiB of state is needed once, at the end, and would
+        // otherwise be part of every connection's future for its whole life.
+        Box::pin(linger(&watch, &mut r.stream)).await;
     }
     drop(unwatch);
 }

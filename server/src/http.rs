@@ -551,41 +551,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         Ok(n > 0)
     }
 
+    /// The request head in the buffer, or `None` while it is incomplete.
+    /// Not async on purpose: httparse's header array (3 KiB) lives in this
+    /// frame only, where it sat in every connection's future while the
+    /// loop above waited for bytes.
+    fn parse_head(&self) -> Result<Option<(Request, usize)>, FrameError> {
+        // Left uninitialized for httparse to fill: writing a hundred empty
+        // headers first was half of `read_request`'s samples at 256
+        // connections (docs/benchmarks.md, "Commit buffers kept").
+        let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut parsed = httparse::Request::new(&mut []);
+        match parsed.parse_with_uninit_headers(self.pending(), &mut headers) {
+            Ok(httparse::Status::Complete(n)) => {
+                let req = Request {
+                    method: parsed.method.unwrap_or("").to_string(),
+                    target: parsed.path.unwrap_or("").to_string(),
+                    http10: parsed.version == Some(0),
+                    headers: collect_headers(parsed.headers),
+                    body: Vec::new(),
+                    hangup: None,
+                };
+                Ok(Some((req, n)))
+            }
+            Ok(httparse::Status::Partial) => Ok(None),
+            Err(httparse::Error::TooManyHeaders) => Err(FrameError::HeadTooLarge),
+            Err(_) => Err(FrameError::Bad("malformed request line or header")),
+        }
+    }
+
     /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
     pub async fn next_request(&mut self) -> Result<Option<Request>, (FrameError, bool)> {
         self.permit = None;
         // The head.
         let (req, head_len) = loop {
-            // Left uninitialized for httparse to fill: writing a hundred
-            // empty headers first, into the connection's future, was half
-            // of `read_request`'s samples at 256 connections
-            // (docs/benchmarks.md, "Commit buffers kept").
-            let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-            let mut parsed = httparse::Request::new(&mut []);
-            match parsed.parse_with_uninit_headers(self.pending(), &mut headers) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let req = Request {
-                        method: parsed.method.unwrap_or("").to_string(),
-                        target: parsed.path.unwrap_or("").to_string(),
-                        http10: parsed.version == Some(0),
-                        headers: collect_headers(parsed.headers),
-                        body: Vec::new(),
-                        hangup: None,
-                    };
-                    break (req, n);
-                }
-                Ok(httparse::Status::Partial) => {
-                    if self.buffered() > MAX_HEAD_BYTES {
-                        return Err((FrameError::HeadTooLarge, false));
-                    }
-                    match self.fill().await {
-                        Ok(true) => continue,
-                        Ok(false) if self.buffered() == 0 => return Ok(None),
-                        _ => return Err((FrameError::Incomplete, false)),
-                    }
-                }
-                Err(httparse::Error::TooManyHeaders) => return Err((FrameError::HeadTooLarge, false)),
-                Err(_) => return Err((FrameError::Bad("malformed request line or header"), false)),
+            if let Some(head) = self.parse_head().map_err(|e| (e, false))? {
+                break head;
+            }
+            if self.buffered() > MAX_HEAD_BYTES {
+                return Err((FrameError::HeadTooLarge, false));
+            }
+            match self.fill().await {
+                Ok(true) => continue,
+                Ok(false) if self.buffered() == 0 => return Ok(None),
+                _ => return Err((FrameError::Incomplete, false)),
             }
         };
         if head_len > MAX_HEAD_BYTES {

@@ -447,7 +447,9 @@ impl<D: Disk> Wal<D> {
             };
             match wait {
                 Some(listener) => listener.await,
-                None => self.prepare(now_ms).await?,
+                // Boxed, as the commit is in `wait_durable`: a rare step
+                // whose state would otherwise sit in every mutation's future.
+                None => Box::pin(self.prepare(now_ms)).await?,
             }
         }
     }
@@ -790,7 +792,11 @@ impl<D: Disk> Wal<D> {
                     // Whoever waited to lead now waits on `changed` if this
                     // commit covers it, or again to lead the one after.
                     self.next_leader.wake_all();
-                    self.lead_commit(batch).await;
+                    // Boxed: one allocation per group commit keeps the
+                    // commit's state (about 1.3 KiB of futures down to the
+                    // blocking pool) out of every mutation's future, and so
+                    // out of every connection's.
+                    Box::pin(self.lead_commit(batch)).await;
                     continue;
                 }
                 Err(listener) => listener,

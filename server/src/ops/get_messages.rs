@@ -72,18 +72,18 @@ impl Op for GetMessages {
                 .receive_messages(&account, &queue, n, visibility_timeout, wait_secs, max_wait_ms, cancel)
                 .await
         });
+        // Pinned once for both arms: a future awaited in one arm and
+        // pinned in the other was laid out twice in this one's state.
+        let get = std::pin::pin!(get);
         let got = match &req.hangup {
             None => get.await?,
-            Some(hangup) => {
-                let get = std::pin::pin!(get);
-                match futures::future::select(get, std::pin::pin!(hangup.wait())).await {
-                    futures::future::Either::Left((got, _)) => got?,
-                    futures::future::Either::Right((_, get)) => {
-                        let _ = stop_tx.send(());
-                        get.await?
-                    }
+            Some(hangup) => match futures::future::select(get, std::pin::pin!(hangup.wait())).await {
+                futures::future::Either::Left((got, _)) => got?,
+                futures::future::Either::Right((_, get)) => {
+                    let _ = stop_tx.send(());
+                    get.await?
                 }
-            }
+            },
         };
         Ok(Response::new(200).xml(xmlio::write_received(&got)))
     }
