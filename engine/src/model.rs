@@ -145,7 +145,8 @@ impl PopReceipt {
         let sextet = |v: u32, shift: u32| char::from(ALPHABET[((v >> shift) & 63) as usize]);
         let mut out = String::with_capacity(22);
         // Five groups of three bytes make twenty characters; the last byte
-        // makes two more (its low four bits padded with zeros).
+        // makes two more: its top six bits, then its low two bits followed
+        // by four zero bits.
         for group in b[..15].chunks_exact(3) {
             let v = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
             out.extend([sextet(v, 18), sextet(v, 12), sextet(v, 6), sextet(v, 0)]);

@@ -218,3 +218,27 @@ fn a_waiter_woken_to_lead_that_finds_its_record_durable_strands_no_one() {
     c.run_to_end();
     assert_eq!(wal.durable_lsn(), wal.last_lsn());
 }
+
+/// Every mutation awaits `reserve` and `wait_durable`, so their futures sit
+/// inside every request's and every connection's future. Their rare steps
+/// (preparing a segment, leading a group commit: over a kilobyte of state
+/// each on the real disk) are boxed to keep them out; an await that holds
+/// a large local again would fail this (docs/benchmarks.md, "Whole-program
+/// optimization and smaller futures").
+#[test]
+fn the_per_mutation_futures_stay_small() {
+    let disk = SimDisk::new();
+    let wal = open(&disk);
+    let reserve = wal.reserve(1_000);
+    let durable = wal.wait_durable(1);
+    assert!(
+        std::mem::size_of_val(&reserve) <= 256,
+        "reserve: {} bytes",
+        std::mem::size_of_val(&reserve)
+    );
+    assert!(
+        std::mem::size_of_val(&durable) <= 256,
+        "wait_durable: {} bytes",
+        std::mem::size_of_val(&durable)
+    );
+}

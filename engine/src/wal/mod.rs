@@ -470,10 +470,25 @@ impl<D: Disk> Wal<D> {
                 Self::take_spare(&mut st, self.cfg.segment_bytes),
             )
         };
+        // Dropped mid-I/O, this would leave `preparing` set and every later
+        // rotation waiting on `changed` for good; what reached the disk is
+        // unknown, so, as a cancelled commit does, it poisons the log
+        // (which wakes the waiters, and they see it).
+        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
+        impl<D: Disk> Drop for Guard<'_, D> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.st.borrow_mut().preparing = false;
+                    self.0.poison("a segment's preparation was cancelled mid-write".into());
+                }
+            }
+        }
+        let mut guard = Guard(self, false);
         let name = segment_name(seq);
         let started = Instant::now();
         let recycled = spare.is_some();
         let result = self.make_segment(&name, seq, base_lsn, now_ms, spare).await;
+        guard.1 = true;
         tracing::debug!(
             shard = self.cfg.shard_id,
             ms = started.elapsed().as_millis() as u64,
@@ -793,9 +808,11 @@ impl<D: Disk> Wal<D> {
                     // commit covers it, or again to lead the one after.
                     self.next_leader.wake_all();
                     // Boxed: one allocation per group commit keeps the
-                    // commit's state (about 1.3 KiB of futures down to the
-                    // blocking pool) out of every mutation's future, and so
-                    // out of every connection's.
+                    // commit's state (1,368 bytes of futures down to the
+                    // blocking pool, by `-Zprint-type-sizes`) out of every
+                    // mutation's future, and so out of every connection's;
+                    // a test bounds the size (docs/benchmarks.md, "Whole-
+                    // program optimization and smaller futures").
                     Box::pin(self.lead_commit(batch)).await;
                     continue;
                 }
