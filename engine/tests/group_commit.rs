@@ -242,3 +242,53 @@ fn the_per_mutation_futures_stay_small() {
         std::mem::size_of_val(&durable)
     );
 }
+
+/// A segment's preparation dropped while its writes are in flight leaves
+/// the disk in an unknown state: the log is poisoned, and the next
+/// `reserve` says so at once. Before, the `preparing` flag stayed set and
+/// every later rotation waited on `changed` for good.
+#[test]
+fn a_segment_preparation_dropped_mid_write_poisons_the_log() {
+    let disk = SimDisk::new();
+    let mut cfg = WalConfig::new(0);
+    cfg.max_append_body = 250 * 1024;
+    cfg.segment_bytes = engine::limits::min_segment_bytes(cfg.max_append_body);
+    let (wal, _) =
+        futures::executor::block_on(Wal::open(disk.clone(), cfg, 1_000, &mut |_, _| {})).expect("an empty log opens");
+    let wal = Rc::new(wal);
+    // A record of 16 KiB leaves less room than the largest record needs:
+    // the next `reserve` prepares the next segment.
+    let big = Record::QueueDefined {
+        qid: 1,
+        account: "a".into(),
+        name: "q".repeat(16 * 1024),
+        metadata: Default::default(),
+        acl: Vec::new(),
+    };
+    futures::executor::block_on(async {
+        wal.reserve(1_000).await.expect("room");
+        let lsn = wal.append(&big).expect("appends").lsn;
+        wal.wait_durable(lsn).await.expect("durable");
+    });
+    disk.set_faults(Faults {
+        sync_yields: 1,
+        ..Faults::default()
+    });
+    let w = wal.clone();
+    let mut first = Probe::new(async move {
+        let _ = w.reserve(1_000).await;
+    });
+    assert!(!first.poll(), "the preparation waits in an fdatasync");
+    assert!(wal.poisoned().is_none());
+    drop(first);
+    assert!(
+        wal.poisoned().is_some(),
+        "a preparation dropped mid-write poisons the log"
+    );
+    let w = wal.clone();
+    let mut second = Probe::new(async move {
+        let r = w.reserve(1_000).await;
+        assert!(matches!(r, Err(engine::error::StorageError::Poisoned(_))), "{r:?}");
+    });
+    assert!(second.poll(), "the next reserve returns at once");
+}
