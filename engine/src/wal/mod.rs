@@ -305,6 +305,45 @@ pub struct Wal<D: Disk> {
     zeros: Box<[u8]>,
 }
 
+/// Held by a step of the log's I/O (a group commit, a segment's
+/// preparation, a zero write) while it is in flight. Dropped before
+/// [`PoisonIfCancelled::disarm`], the step's future was cancelled mid-I/O
+/// and what reached the disk is unknown: `reset` clears the in-flight mark
+/// the step set, so no one waits on it for good, and the log is poisoned,
+/// which wakes its waiters to see that. Wake-ups only schedule, so the
+/// order of the two does not show.
+struct PoisonIfCancelled<'a, D: Disk> {
+    wal: &'a Wal<D>,
+    why: &'static str,
+    reset: fn(&Wal<D>),
+    armed: bool,
+}
+
+impl<'a, D: Disk> PoisonIfCancelled<'a, D> {
+    fn new(wal: &'a Wal<D>, why: &'static str, reset: fn(&Wal<D>)) -> Self {
+        PoisonIfCancelled {
+            wal,
+            why,
+            reset,
+            armed: true,
+        }
+    }
+
+    /// The step's I/O ended, well or not: nothing to undo on drop.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<D: Disk> Drop for PoisonIfCancelled<'_, D> {
+    fn drop(&mut self) {
+        if self.armed {
+            (self.reset)(self.wal);
+            self.wal.poison(self.why.into());
+        }
+    }
+}
+
 impl<D: Disk> Wal<D> {
     /// Recovers the log in `disk`, feeding every durable record to `apply` in
     /// LSN order, then opens a fresh segment for new writes.
@@ -471,24 +510,16 @@ impl<D: Disk> Wal<D> {
             )
         };
         // Dropped mid-I/O, this would leave `preparing` set and every later
-        // rotation waiting on `changed` for good; what reached the disk is
-        // unknown, so, as a cancelled commit does, it poisons the log
-        // (which wakes the waiters, and they see it).
-        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
-        impl<D: Disk> Drop for Guard<'_, D> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.st.borrow_mut().preparing = false;
-                    self.0.poison("a segment's preparation was cancelled mid-write".into());
-                }
-            }
-        }
-        let mut guard = Guard(self, false);
+        // rotation waiting on `changed` for good; poisoning wakes the
+        // waiters, and they see it.
+        let mut guard = PoisonIfCancelled::new(self, "a segment's preparation was cancelled mid-write", |wal| {
+            wal.st.borrow_mut().preparing = false;
+        });
         let name = segment_name(seq);
         let started = Instant::now();
         let recycled = spare.is_some();
         let result = self.make_segment(&name, seq, base_lsn, now_ms, spare).await;
-        guard.1 = true;
+        guard.disarm();
         tracing::debug!(
             shard = self.cfg.shard_id,
             ms = started.elapsed().as_millis() as u64,
@@ -832,21 +863,12 @@ impl<D: Disk> Wal<D> {
     }
 
     async fn lead_commit(&self, batch: Batch) {
-        // If this future is dropped mid-I/O we cannot know what reached the
-        // disk; poisoning is the only safe answer.
-        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
-        impl<D: Disk> Drop for Guard<'_, D> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.st.borrow_mut().committing = false;
-                    self.0.poison("a group commit was cancelled mid-write".into());
-                }
-            }
-        }
-        let mut guard = Guard(self, false);
+        let mut guard = PoisonIfCancelled::new(self, "a group commit was cancelled mid-write", |wal| {
+            wal.st.borrow_mut().committing = false;
+        });
         let started = Instant::now();
         let result = self.write_batch(batch).await;
-        guard.1 = true;
+        guard.disarm();
         let took = started.elapsed();
         let mut st = self.st.borrow_mut();
         st.committing = false;
@@ -1229,20 +1251,13 @@ impl<D: Disk> Wal<D> {
     /// over a commit once the segment is the writer's: the log is poisoned,
     /// and a commit waiting for this write then sees that and writes nothing.
     async fn write_zeros(&self, file: &D::File, pos: u64, len: u64) -> std::io::Result<()> {
-        struct Guard<'a, D: Disk>(&'a Wal<D>, bool);
-        impl<D: Disk> Drop for Guard<'_, D> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.poison("a zero write was cancelled in flight".into());
-                    self.0.st.borrow_mut().zeroing = None;
-                    self.0.zero_done.wake_all();
-                }
-            }
-        }
-        let mut guard = Guard(self, false);
+        let mut guard = PoisonIfCancelled::new(self, "a zero write was cancelled in flight", |wal| {
+            wal.st.borrow_mut().zeroing = None;
+            wal.zero_done.wake_all();
+        });
         let zeros = self.zeros.get(..len as usize).unwrap_or_default();
         let written = file.write_at(zeros, pos).await;
-        guard.1 = true;
+        guard.disarm();
         written
     }
 
