@@ -308,10 +308,10 @@ pub struct Wal<D: Disk> {
 /// Held by a step of the log's I/O (a group commit, a segment's
 /// preparation, a zero write) while it is in flight. Dropped before
 /// [`PoisonIfCancelled::disarm`], the step's future was cancelled mid-I/O
-/// and what reached the disk is unknown: `reset` clears the in-flight mark
-/// the step set, so no one waits on it for good, and the log is poisoned,
-/// which wakes its waiters to see that. Wake-ups only schedule, so the
-/// order of the two does not show.
+/// and what reached the disk is unknown: the log is poisoned first, so
+/// that anyone woken from here on finds it poisoned whatever its waker
+/// does, and then `reset` clears the in-flight mark the step set, so no one
+/// waits on it for good.
 struct PoisonIfCancelled<'a, D: Disk> {
     wal: &'a Wal<D>,
     why: &'static str,
@@ -338,8 +338,8 @@ impl<'a, D: Disk> PoisonIfCancelled<'a, D> {
 impl<D: Disk> Drop for PoisonIfCancelled<'_, D> {
     fn drop(&mut self) {
         if self.armed {
-            (self.reset)(self.wal);
             self.wal.poison(self.why.into());
+            (self.reset)(self.wal);
         }
     }
 }
