@@ -47,6 +47,7 @@ pub struct DmaDisk {
     prealloc: Preallocation,
     /// The last one-job commit's buffer, shared by this disk's files.
     spare: SpareBuf,
+    zeros: ZeroBuf,
 }
 
 /// One commit buffer kept for the next one-job commit. A fresh buffer per
@@ -56,6 +57,14 @@ pub struct DmaDisk {
 /// zeroed them again: about 800 page faults a second at 256 connections
 /// (docs/benchmarks.md, "Commit buffers kept"). Owned by the shard's core.
 type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
+
+/// The zeros every zero-ahead step writes (`ZERO_STEP_BYTES` of them), kept
+/// in one DMA buffer that every such write shares: a buffer filled afresh
+/// for each step copied 256 KiB, half of the core's level-2 cache, a few
+/// hundred times a second under a put load (docs/benchmarks.md, "Zeros
+/// written from one buffer"). Made on the first step; owned by the shard's
+/// core, like the executor whose memory it is.
+type ZeroBuf = Rc<std::cell::OnceCell<Rc<glommio::io::DmaBuffer>>>;
 
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
     e.into()
@@ -89,6 +98,7 @@ impl DmaDisk {
             sync_path,
             prealloc: Preallocation::default(),
             spare: SpareBuf::default(),
+            zeros: ZeroBuf::default(),
         })
     }
 
@@ -134,6 +144,7 @@ impl DmaDisk {
             prealloc: self.prealloc,
             alignment,
             spare: self.spare.clone(),
+            zeros: self.zeros.clone(),
         })
     }
 
@@ -242,6 +253,22 @@ pub struct DmaDiskFile {
     prealloc: Preallocation,
     alignment: u64,
     spare: SpareBuf,
+    zeros: ZeroBuf,
+}
+
+impl DmaDiskFile {
+    /// The shared buffer of zeros, when a write of `len` zeros can use it.
+    fn shared_zeros(&self, len: usize) -> Option<Rc<glommio::io::DmaBuffer>> {
+        if len != crate::limits::ZERO_STEP_BYTES as usize {
+            return None;
+        }
+        let buf = self.zeros.get_or_init(|| {
+            let mut b = self.file.alloc_dma_buffer(len);
+            b.as_bytes_mut().fill(0);
+            Rc::new(b)
+        });
+        Some(buf.clone())
+    }
 }
 
 impl DiskFile for DmaDiskFile {
@@ -257,6 +284,20 @@ impl DiskFile for DmaDiskFile {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 format!("short O_DIRECT write: {n} of {} bytes", data.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn write_zeros(&self, zeros: &[u8], pos: u64) -> io::Result<()> {
+        let Some(buf) = self.shared_zeros(zeros.len()) else {
+            return self.write_at(zeros, pos).await;
+        };
+        let n = self.file.write_rc_at(buf, pos).await.map_err(to_io)?;
+        if n != zeros.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short O_DIRECT write of zeros: {n} of {} bytes", zeros.len()),
             ));
         }
         Ok(())

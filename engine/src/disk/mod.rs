@@ -76,6 +76,12 @@ pub trait DiskFile: 'static {
     /// engine assumes of the disk").
     fn alignment(&self) -> u64;
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()>;
+    /// [`DiskFile::write_at`] of `zeros`, which holds only zero bytes. A
+    /// disk may write them from a buffer of zeros it keeps instead (the
+    /// real one does, to copy nothing per write).
+    async fn write_zeros(&self, zeros: &[u8], pos: u64) -> io::Result<()> {
+        self.write_at(zeros, pos).await
+    }
     /// Reads up to `len` bytes; fewer only at the end of the file.
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>>;
     /// fdatasync: everything written before the call is durable when it returns.

@@ -1256,7 +1256,7 @@ impl<D: Disk> Wal<D> {
             wal.zero_done.wake_all();
         });
         let zeros = self.zeros.get(..len as usize).unwrap_or_default();
-        let written = file.write_at(zeros, pos).await;
+        let written = file.write_zeros(zeros, pos).await;
         guard.disarm();
         written
     }
