@@ -270,33 +270,3 @@ fn large_commits_in_one_job_read_back_on_real_files() {
         assert_eq!(got, want, "{sync:?}");
     }
 }
-
-#[test]
-fn zeros_written_from_the_shared_buffer_overwrite_old_bytes_on_real_files() {
-    use engine::disk::{Disk, DiskFile};
-    use engine::limits::ZERO_STEP_BYTES;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    let step = ZERO_STEP_BYTES as usize;
-    let read = on_glommio(move || async move {
-        let disk = DmaDisk::open(&path, SyncPath::BlockingPool).await.unwrap();
-        let f = disk.create("zeros").await.unwrap();
-        // Old bytes where the zeros go, as in a recycled segment, written a
-        // step at a time: their DMA buffers leave the executor's I/O memory
-        // dirty where the kept buffer of zeros is then made.
-        let old = vec![0xA5u8; step];
-        for at in [0, ZERO_STEP_BYTES] {
-            f.write_at(&old, at).await.unwrap();
-        }
-        f.write_at(&old[..4096], 2 * ZERO_STEP_BYTES).await.unwrap();
-        let zeros = vec![0u8; step];
-        // Two full steps share the kept buffer; a shorter one writes its own.
-        f.write_zeros(&zeros, 0).await.unwrap();
-        f.write_zeros(&zeros, ZERO_STEP_BYTES).await.unwrap();
-        f.write_zeros(&zeros[..4096], 2 * ZERO_STEP_BYTES).await.unwrap();
-        f.sync().await.unwrap();
-        f.read_at(0, 2 * step + 8192).await.unwrap()
-    });
-    assert_eq!(read.len(), 2 * step + 4096, "nothing was written past the old bytes");
-    assert!(read.iter().all(|&b| b == 0), "every old byte was overwritten with zeros");
-}

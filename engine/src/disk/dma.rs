@@ -1,7 +1,8 @@
 //! The production disk: glommio `DmaFile`s (O_DIRECT through io_uring).
 //!
 //! Must be used from inside a glommio executor; owned by the shard of that
-//! executor. Data is written with `DmaFile::write_at`. How fdatasync is issued
+//! executor. Data is written with `DmaFile::write_at` (zero-ahead's full
+//! steps with `write_rc_at`, from one kept buffer). How fdatasync is issued
 //! is a measured choice (docs/decisions/0002-fdatasync-path.md): by default it
 //! runs on glommio's blocking thread pool, because glommio 0.9's own
 //! `DmaFile::fdatasync` keeps the executor spinning while the flush runs.
@@ -58,12 +59,15 @@ pub struct DmaDisk {
 /// (docs/benchmarks.md, "Commit buffers kept"). Owned by the shard's core.
 type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
 
-/// The zeros every zero-ahead step writes (`ZERO_STEP_BYTES` of them), kept
-/// in one DMA buffer that every such write shares: a buffer filled afresh
-/// for each step copied 256 KiB, half of the core's level-2 cache, a few
-/// hundred times a second under a put load (docs/benchmarks.md, "Zeros
-/// written from one buffer"). Made on the first step; owned by the shard's
-/// core, like the executor whose memory it is.
+/// The zeros a full zero-ahead step writes (`ZERO_STEP_BYTES` of them),
+/// kept in one DMA buffer that every such step shares: a buffer filled
+/// afresh for each step copied 256 KiB, a quarter of the core's 1 MiB
+/// level-2 cache, a few hundred times a second under a put load
+/// (docs/benchmarks.md, "Zeros written from one buffer"). Shorter steps (a
+/// segment's last) still fill their own. Made on the first full step, from
+/// the executor's registered I/O memory when it has a free block (it then
+/// holds a quarter of the default 1 MiB for good; reads fall back to heap
+/// buffers sooner), else from the heap. Owned by the shard's core.
 type ZeroBuf = Rc<std::cell::OnceCell<Rc<glommio::io::DmaBuffer>>>;
 
 fn to_io(e: glommio::GlommioError<()>) -> io::Error {
@@ -562,9 +566,52 @@ mod faults {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 mod tests {
-    use super::AlignedBuf;
+    use super::{AlignedBuf, DmaDisk, SyncPath};
+    use crate::disk::{Disk, DiskFile};
+    use crate::limits::ZERO_STEP_BYTES;
+    use std::rc::Rc;
+
+    #[test]
+    fn full_zero_steps_share_one_buffer_of_zeros_made_in_dirty_io_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let step = ZERO_STEP_BYTES as usize;
+        // 512 KiB of I/O memory: after the allocator's own bookkeeping it has
+        // one free block of a step's size, so every step-sized DMA buffer
+        // below, the kept one included, is made in the same memory.
+        let read = glommio::LocalExecutorBuilder::default()
+            .io_memory(512 * 1024)
+            .spawn(move || async move {
+                let disk = DmaDisk::open(&path, SyncPath::BlockingPool).await.unwrap();
+                let f = disk.create("zeros").await.unwrap();
+                // Old bytes wherever the zeros go, as in a recycled segment.
+                let old = vec![0xA5u8; step];
+                for at in 0..3 {
+                    f.write_at(&old, at * ZERO_STEP_BYTES).await.unwrap();
+                }
+                // The memory the kept buffer is then made in, left dirty.
+                f.file.alloc_dma_buffer(step).as_bytes_mut().fill(0x5A);
+                f.write_zeros(&vec![0u8; step], 0).await.unwrap();
+                let kept = f.zeros.get().cloned().expect("a full step made the kept buffer");
+                // Another write from I/O memory between two shared ones.
+                f.write_at(&old, 2 * ZERO_STEP_BYTES).await.unwrap();
+                f.write_zeros(&vec![0u8; step], ZERO_STEP_BYTES).await.unwrap();
+                assert!(Rc::ptr_eq(&kept, f.zeros.get().unwrap()), "both full steps shared one buffer");
+                // A shorter step (a segment's last) fills a buffer of its own.
+                f.write_zeros(&vec![0u8; 4096], 2 * ZERO_STEP_BYTES).await.unwrap();
+                f.sync().await.unwrap();
+                f.read_at(0, 3 * step).await.unwrap()
+            })
+            .expect("glommio executor starts (io_uring available, memlock large enough)")
+            .join()
+            .unwrap();
+        assert_eq!(read.len(), 3 * step);
+        let (zeroed, rest) = read.split_at(2 * step + 4096);
+        assert!(zeroed.iter().all(|&b| b == 0), "every old byte under the zeros was overwritten");
+        assert!(rest.iter().all(|&b| b == 0xA5), "the short step wrote its own length only");
+    }
 
     #[test]
     fn a_spare_buffer_is_reused_only_when_it_fits() {

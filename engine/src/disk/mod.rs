@@ -78,7 +78,7 @@ pub trait DiskFile: 'static {
     async fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()>;
     /// [`DiskFile::write_at`] of `zeros`, which holds only zero bytes. A
     /// disk may write them from a buffer of zeros it keeps instead (the
-    /// real one does, to copy nothing per write).
+    /// real one does for zero-ahead's full steps, which then copy nothing).
     async fn write_zeros(&self, zeros: &[u8], pos: u64) -> io::Result<()> {
         self.write_at(zeros, pos).await
     }
