@@ -265,7 +265,9 @@ impl BodyCache {
 fn prefetch_header(body: &Rc<[u8]>) {
     // The counts sit just before the bytes `as_ptr` points at, in the same
     // allocation. Only an address is computed; nothing is dereferenced.
-    let counts = Rc::as_ptr(body).cast::<i8>().wrapping_sub(2 * std::mem::size_of::<usize>());
+    let counts = Rc::as_ptr(body)
+        .cast::<i8>()
+        .wrapping_sub(2 * std::mem::size_of::<usize>());
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has (it is
     // part of the architecture's baseline). It is a hint besides: it reads

@@ -598,7 +598,10 @@ mod tests {
                 // Another write from I/O memory between two shared ones.
                 f.write_at(&old, 2 * ZERO_STEP_BYTES).await.unwrap();
                 f.write_zeros(&vec![0u8; step], ZERO_STEP_BYTES).await.unwrap();
-                assert!(Rc::ptr_eq(&kept, f.zeros.get().unwrap()), "both full steps shared one buffer");
+                assert!(
+                    Rc::ptr_eq(&kept, f.zeros.get().unwrap()),
+                    "both full steps shared one buffer"
+                );
                 // A shorter step (a segment's last) fills a buffer of its own.
                 f.write_zeros(&vec![0u8; 4096], 2 * ZERO_STEP_BYTES).await.unwrap();
                 f.sync().await.unwrap();
@@ -609,8 +612,14 @@ mod tests {
             .unwrap();
         assert_eq!(read.len(), 3 * step);
         let (zeroed, rest) = read.split_at(2 * step + 4096);
-        assert!(zeroed.iter().all(|&b| b == 0), "every old byte under the zeros was overwritten");
-        assert!(rest.iter().all(|&b| b == 0xA5), "the short step wrote its own length only");
+        assert!(
+            zeroed.iter().all(|&b| b == 0),
+            "every old byte under the zeros was overwritten"
+        );
+        assert!(
+            rest.iter().all(|&b| b == 0xA5),
+            "the short step wrote its own length only"
+        );
     }
 
     #[test]
