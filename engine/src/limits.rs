@@ -186,7 +186,7 @@ pub const COMPACTION_SPACE_FACTOR: u64 = 4;
 pub const COMPACTION_LIVE_PERCENT: u64 = 50;
 
 /// A group commit taking this long is logged: it holds every request that
-/// waits for it (docs/benchmarks.md, "Where the stalls come from").
+/// waits for it (docs/benchmarks.md, "Where the stalls came from").
 pub const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Messages released per maintenance pass after Clear Messages or Delete

@@ -62,9 +62,10 @@ type SpareBuf = Rc<std::cell::Cell<Option<AlignedBuf>>>;
 /// The zeros a full zero-ahead step writes (`ZERO_STEP_BYTES` of them),
 /// kept in one DMA buffer that every such step shares: a buffer filled
 /// afresh for each step copied 256 KiB, a quarter of the core's 1 MiB
-/// level-2 cache, a few hundred times a second under a put load
-/// (docs/benchmarks.md, "Zeros written from one buffer"). Shorter steps (a
-/// segment's last) still fill their own. Made on the first full step, from
+/// level-2 cache, about 140 times a second under a put load
+/// (docs/benchmarks.md, "Zeros written from one buffer"). Shorter steps
+/// (the last of a zeroing pass, which stops at the target it began with,
+/// or of a segment) still fill their own. Made on the first full step, from
 /// the executor's registered I/O memory when it has a free block (it then
 /// holds a quarter of the default 1 MiB for good; reads fall back to heap
 /// buffers sooner), else from the heap. Owned by the shard's core.
@@ -602,7 +603,7 @@ mod tests {
                     Rc::ptr_eq(&kept, f.zeros.get().unwrap()),
                     "both full steps shared one buffer"
                 );
-                // A shorter step (a segment's last) fills a buffer of its own.
+                // A shorter step (the end of a pass) fills a buffer of its own.
                 f.write_zeros(&vec![0u8; 4096], 2 * ZERO_STEP_BYTES).await.unwrap();
                 f.sync().await.unwrap();
                 f.read_at(0, 3 * step).await.unwrap()

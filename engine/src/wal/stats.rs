@@ -1,6 +1,6 @@
 //! Group-commit statistics of one shard's log: how many commits, how big,
 //! and how long their write and fdatasync took. They explain latency tails
-//! (docs/benchmarks.md, "Where the stalls come from") and feed the
+//! (docs/benchmarks.md, "Where the stalls came from") and feed the
 //! operator's metrics. Owned by the shard's core, like the log.
 //!
 //! Durations are wall-clock (`Instant`), not the injected clock: they
