@@ -285,13 +285,7 @@ impl DiskFile for DmaDiskFile {
         let mut buf = self.file.alloc_dma_buffer(data.len());
         buf.as_bytes_mut().copy_from_slice(data);
         let n = self.file.write_at(buf, pos).await.map_err(to_io)?;
-        if n != data.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short O_DIRECT write: {n} of {} bytes", data.len()),
-            ));
-        }
-        Ok(())
+        whole_write("", n, data.len())
     }
 
     async fn write_zeros(&self, zeros: &[u8], pos: u64) -> io::Result<()> {
@@ -299,13 +293,7 @@ impl DiskFile for DmaDiskFile {
             return self.write_at(zeros, pos).await;
         };
         let n = self.file.write_rc_at(buf, pos).await.map_err(to_io)?;
-        if n != zeros.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short O_DIRECT write of zeros: {n} of {} bytes", zeros.len()),
-            ));
-        }
-        Ok(())
+        whole_write(" of zeros", n, zeros.len())
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -385,6 +373,19 @@ fn fdatasync(fd: &OwnedFd) -> io::Result<()> {
     }
 }
 
+/// An O_DIRECT write of `len` bytes that wrote `n` is an error unless `n`
+/// is all of them (such a write moves whole blocks or fails). `what`
+/// follows "write" in the message.
+fn whole_write(what: &str, n: usize, len: usize) -> io::Result<()> {
+    if n == len {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::WriteZero,
+        format!("short O_DIRECT write{what}: {n} of {len} bytes"),
+    ))
+}
+
 /// `pwrite` of the whole buffer, then `fdatasync`, on the blocking pool's
 /// thread; a short write is an error (O_DIRECT writes whole blocks or fail).
 fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<WriteSync, CommitIoError> {
@@ -395,15 +396,9 @@ fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<Wri
     // SAFETY: `data` is valid for its length and outlives the call, and `fd`
     // keeps the descriptor open.
     let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), at) };
-    if n < 0 {
-        return Err(CommitIoError::Write(io::Error::last_os_error()));
-    }
-    if usize::try_from(n).ok() != Some(data.len()) {
-        return Err(CommitIoError::Write(io::Error::new(
-            io::ErrorKind::WriteZero,
-            format!("short O_DIRECT write: {n} of {} bytes", data.len()),
-        )));
-    }
+    // Negative only on failure, with `errno` set.
+    let n = usize::try_from(n).map_err(|_| CommitIoError::Write(io::Error::last_os_error()))?;
+    whole_write("", n, data.len()).map_err(CommitIoError::Write)?;
     let written = Instant::now();
     // Injected after the write, as `sync` sees it: written, not durable.
     faults::before_sync().map_err(CommitIoError::Sync)?;
