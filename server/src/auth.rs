@@ -94,6 +94,74 @@ fn verifies_decoded(keys: &[Vec<u8>], msg: &str, sig: &[u8]) -> bool {
     keys.iter().any(|k| sign(k, msg).verify_slice(sig).is_ok())
 }
 
+/// [`sas_verifies_lines`] for a string to sign given whole.
+#[cfg(test)]
+fn sas_verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
+    sas_verifies_lines(
+        keys,
+        &Lines {
+            lines: &[msg],
+            trailing: false,
+        },
+        sig,
+    )
+}
+
+/// A string to sign as its lines: joined by newlines, with one after the
+/// last when `trailing` (and there is a last). A remembered string is compared with it without
+/// building it (the build and its copies were most of a remembered SAS's
+/// cost).
+struct Lines<'a> {
+    lines: &'a [&'a str],
+    trailing: bool,
+}
+
+impl Lines<'_> {
+    fn len(&self) -> usize {
+        let newlines = match self.lines.len() {
+            0 => 0,
+            n => n.saturating_sub(usize::from(!self.trailing)),
+        };
+        self.lines.iter().fold(newlines, |n, l| n.saturating_add(l.len()))
+    }
+
+    fn build(&self) -> String {
+        let mut s = String::with_capacity(self.len());
+        for (i, l) in self.lines.iter().enumerate() {
+            if i > 0 {
+                s.push('\n');
+            }
+            s.push_str(l);
+        }
+        if self.trailing && !self.lines.is_empty() {
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Whether `text` is what [`Lines::build`] would make.
+    fn matches(&self, text: &str) -> bool {
+        let mut rest = text.as_bytes();
+        for (i, l) in self.lines.iter().enumerate() {
+            if i > 0 {
+                let Some(after) = rest.strip_prefix(b"\n") else {
+                    return false;
+                };
+                rest = after;
+            }
+            let Some(after) = rest.strip_prefix(l.as_bytes()) else {
+                return false;
+            };
+            rest = after;
+        }
+        rest == if self.trailing && !self.lines.is_empty() {
+            &b"\n"[..]
+        } else {
+            &b""[..]
+        }
+    }
+}
+
 /// [`verifies`] for a SAS, remembering what verified. A client holding a
 /// SAS URL sends the same signature with every request, and its HMAC was a
 /// tenth of a metadata request's CPU. Exact: the entry holds every input of
@@ -101,38 +169,42 @@ fn verifies_decoded(keys: &[Vec<u8>], msg: &str, sig: &[u8]) -> bool {
 /// request that would verify finds one; only successes are kept, so
 /// unsigned traffic cannot fill it. The time window and the permissions are
 /// still checked on every request by the caller. One per core.
-fn sas_verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
-    /// Verified entries by signature, and the probe buffer reused per request.
+fn sas_verifies_lines(keys: &[Vec<u8>], sts: &Lines<'_>, sig: &str) -> bool {
+    /// The keys and the string to sign each remembered signature verified.
     // A seeded fast hash: only signatures that verified are inserted, so no
     // request can choose what collides, and SipHash of the signature was
     // about 300 instructions of every SAS request.
-    type Verified = (foldhash::HashMap<Vec<u8>, Vec<u8>>, Vec<u8>);
+    type Verified = foldhash::HashMap<Vec<u8>, (Vec<Vec<u8>>, String)>;
     thread_local! {
         /// Keyed by the signature alone, which is a tenth of the entry:
         /// hashing the whole entry cost more than the rest of the lookup.
         /// The entry is then compared whole.
         static VERIFIED: std::cell::RefCell<Verified> = std::cell::RefCell::new(Default::default());
     }
-    VERIFIED.with_borrow_mut(|(seen, probe)| {
-        // Length-prefixed parts, so two different inputs never make one probe.
-        probe.clear();
-        for part in keys.iter().map(Vec::as_slice).chain([sig.as_bytes(), msg.as_bytes()]) {
-            probe.extend_from_slice(&(part.len() as u64).to_le_bytes());
-            probe.extend_from_slice(part);
-        }
-        if seen.get(sig.as_bytes()).is_some_and(|p| p == probe) {
+    VERIFIED.with_borrow_mut(|seen| {
+        if seen
+            .get(sig.as_bytes())
+            .is_some_and(|(k, msg)| k.as_slice() == keys && sts.matches(msg))
+        {
             return true;
         }
-        if !verifies(keys, msg, sig) {
+        let msg = sts.build();
+        if !verifies(keys, &msg, sig) {
             return false;
         }
-        if probe.len() <= crate::limits::MAX_CACHED_SAS_ENTRY_BYTES {
+        // Counted as the length-prefixed parts the entry is made of.
+        let entry_bytes = keys
+            .iter()
+            .map(Vec::len)
+            .chain([sig.len(), msg.len()])
+            .fold(0usize, |n, l| n.saturating_add(8).saturating_add(l));
+        if entry_bytes <= crate::limits::MAX_CACHED_SAS_ENTRY_BYTES {
             if seen.len() >= crate::limits::MAX_CACHED_SAS_SIGNATURES {
                 seen.clear();
             }
             // A signature verified under other keys or for another string
             // (a key rotated) replaces the entry before it.
-            seen.insert(sig.as_bytes().to_vec(), probe.clone());
+            seen.insert(sig.as_bytes().to_vec(), (keys.to_vec(), msg));
         }
         true
     })
@@ -672,20 +744,6 @@ fn check_permissions(sp: &str, allowed: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A string to sign: `lines`, each followed by a newline. Built in one
-/// allocation: `format!` here was half of an account SAS's cost.
-fn lines_to_sign(lines: &[&str]) -> String {
-    let len = lines
-        .iter()
-        .fold(0usize, |n, l| n.saturating_add(l.len()).saturating_add(1));
-    let mut sts = String::with_capacity(len);
-    for l in lines {
-        sts.push_str(l);
-        sts.push('\n');
-    }
-    sts
-}
-
 /// Verifies an account SAS ("Create an account SAS"). Authorization happens in [`authorize`].
 pub fn account_sas<'t>(
     sas: &Sas<'t>,
@@ -720,10 +778,14 @@ pub fn account_sas<'t>(
         Some((_, before_ses)) if sv < "2020-12-06" => before_ses,
         _ => fields.as_slice(),
     };
-    let sts = lines_to_sign(signed);
-    if !sas_verifies(&account.keys, &sts, opt(&sas.sig)) {
+    let sts = Lines {
+        lines: signed,
+        trailing: true,
+    };
+    if !sas_verifies_lines(&account.keys, &sts, opt(&sas.sig)) {
         return Err(ApiError::auth_failed(format!(
-            "Signature did not match. String to sign used was {sts}"
+            "Signature did not match. String to sign used was {}",
+            sts.build()
         )));
     }
     check_window(sas.st, se, now)?;
@@ -743,24 +805,27 @@ pub fn verify_service_sas(sas: &Sas<'_>, account: &Account, queue: &str) -> Resu
         .sv
         .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
     let resource = ["/queue/", account.name.as_str(), "/", queue].concat();
-    let mut sts = lines_to_sign(&[
-        opt(&sas.sp),
-        opt(&sas.st),
-        opt(&sas.se),
-        &resource,
-        opt(&sas.si),
-        opt(&sas.sip),
-        opt(&sas.spr),
-        sv,
-    ]);
-    // The service string to sign has no newline after its last field.
-    sts.pop();
+    let sts = Lines {
+        lines: &[
+            opt(&sas.sp),
+            opt(&sas.st),
+            opt(&sas.se),
+            &resource,
+            opt(&sas.si),
+            opt(&sas.sip),
+            opt(&sas.spr),
+            sv,
+        ],
+        // The service string to sign has no newline after its last field.
+        trailing: false,
+    };
     if let Some(sp) = &sas.sp {
         check_permissions(sp, SERVICE_SAS_LETTERS)?;
     }
-    if !sas_verifies(&account.keys, &sts, opt(&sas.sig)) {
+    if !sas_verifies_lines(&account.keys, &sts, opt(&sas.sig)) {
         return Err(ApiError::auth_failed(format!(
-            "Signature did not match. String to sign used was {sts}"
+            "Signature did not match. String to sign used was {}",
+            sts.build()
         )));
     }
     Ok(())
@@ -1267,6 +1332,37 @@ mod tests {
         let who = service_sas(&with_si, &acct(), "sasq", Some(&policy), now, local()).unwrap();
         assert!(authorize(&who, &needs(Operation::GetMessages)).is_ok());
         assert!(service_sas(&with_si, &acct(), "sasq", None, now, local()).is_err());
+    }
+
+    #[test]
+    fn a_string_to_sign_given_as_lines_matches_only_what_it_builds() {
+        for trailing in [true, false] {
+            for lines in [&["a", "b", ""][..], &["", ""], &["a"], &[], &["a\nb"]] {
+                let sts = Lines { lines, trailing };
+                let built = sts.build();
+                assert_eq!(built.len(), sts.len());
+                assert!(sts.matches(&built), "{built:?}");
+                for other in [format!("{built}\n"), format!("{built}x"), format!("x{built}")] {
+                    assert!(!sts.matches(&other), "{other:?} against {built:?}");
+                }
+                if let Some(shorter) = built
+                    .get(..built.len().saturating_sub(1))
+                    .filter(|s| !built.is_empty() && s.len() < built.len())
+                {
+                    assert!(!sts.matches(shorter), "{shorter:?} against {built:?}");
+                }
+            }
+        }
+        let sts = Lines {
+            lines: &["a", "b"],
+            trailing: true,
+        };
+        assert_eq!(sts.build(), "a\nb\n");
+        let sts = Lines {
+            lines: &["a", "b"],
+            trailing: false,
+        };
+        assert_eq!(sts.build(), "a\nb");
     }
 
     #[test]

@@ -74,6 +74,11 @@ pub const READ_CHUNK: usize = 16 * 1024;
 /// A read buffer that grew past this (one large body) is given back between
 /// requests, so idle connections do not keep their largest request's memory.
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
+/// A finished request's buffers (method, target, headers, body) are kept
+/// for the connection's next request when their capacities add up to at
+/// most this: small requests then allocate nothing for them, and a
+/// connection that once sent a large body does not keep it.
+pub const MAX_KEPT_REQUEST_BYTES: usize = 8 * 1024;
 /// Response bytes one connection may queue for pipelined requests before
 /// they are written; while they wait to be written, no new request is read.
 /// One response may exceed it: a Get or Peek of up to
@@ -93,7 +98,7 @@ pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 /// Clock skew allowed for Shared Key requests ("Authorize with Shared Key": 15 minutes).
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
-/// SAS signatures each core remembers as verified (`auth::sas_verifies`);
+/// SAS signatures each core remembers as verified (`auth::sas_verifies_lines`);
 /// the set is emptied when full. Entries longer than
 /// `MAX_CACHED_SAS_ENTRY_BYTES` are not kept (a typical one is about 350
 /// bytes: two keys, a signature and the string to sign) and each is keyed
