@@ -267,13 +267,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let Some(req) = read_request(&mut r, &watch, &ctx.limits, &mut out).await else {
+        let Some(mut req) = read_request(&mut r, &watch, &ctx.limits, &mut out).await else {
             break;
         };
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
         let head = req.method == "HEAD";
-        let resp = handle_watching_peer(&ctx, req, peer, &watch, &mut targets).await;
+        let resp = handle_watching_peer(&ctx, &mut req, peer, &watch, &mut targets).await;
         resp.encode(&mut out, head, !keep);
+        r.recycle(req);
         if !keep {
             break;
         }
@@ -364,21 +365,22 @@ async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(
 /// the engine's steps (a group commit above all) must run to their end.
 async fn handle_watching_peer<D: engine::disk::Disk>(
     ctx: &Ctx<D>,
-    mut req: Request,
+    req: &mut Request,
     peer: IpAddr,
     watch: &Watch,
     targets: &mut TargetCache,
 ) -> crate::http::Response {
     if req.method != "GET" {
-        return handle_parsed(ctx, &req, peer, targets).await;
+        return handle_parsed(ctx, req, peer, targets).await;
     }
     let hangup = Rc::new(Hangup::default());
     req.hangup = Some(hangup.clone());
     *watch.hangup.borrow_mut() = Some(hangup);
     watch.check_peer_from.set(watch.deadline_in(LONG_REQUEST));
-    let resp = handle_parsed(ctx, &req, peer, targets).await;
+    let resp = handle_parsed(ctx, req, peer, targets).await;
     watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
+    req.hangup = None;
     resp
 }
 

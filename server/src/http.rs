@@ -21,7 +21,7 @@ use std::io;
 use std::rc::Rc;
 
 /// One parsed request. Header names keep their case; look them up with [`Request::header`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Request {
     pub method: String,
     /// The request target exactly as sent (path and query, still percent-encoded).
@@ -84,6 +84,19 @@ impl Headers {
             spans: Vec::with_capacity(headers),
             present: 0,
         }
+    }
+
+    /// Empties the list, keeping its buffers for the next request's headers.
+    fn clear(&mut self) {
+        self.text.clear();
+        self.spans.clear();
+        self.present = 0;
+    }
+
+    /// Bytes held by the list's buffers.
+    fn capacity_bytes(&self) -> usize {
+        let spans = self.spans.capacity().saturating_mul(std::mem::size_of::<Span>());
+        self.text.capacity().saturating_add(spans)
     }
 
     pub fn push(&mut self, name: &str, value: &str) {
@@ -249,11 +262,16 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
+/// Headers a response has room for from the start ([`Response::new`]).
+const RESPONSE_HEADERS: usize = 8;
+
 impl Response {
     pub fn new(status: u16) -> Self {
         Response {
             status,
-            headers: Vec::new(),
+            // Room for what every answer carries (the handler adds five
+            // headers to the op's own): one allocation, not two.
+            headers: Vec::with_capacity(RESPONSE_HEADERS),
             body: Vec::new(),
         }
     }
@@ -438,6 +456,8 @@ pub struct Reader<S> {
     /// request is answered by then).
     large: Rc<LargeBodies>,
     permit: Option<BodyPermit>,
+    /// The last request's buffers, emptied, for the next one ([`Reader::recycle`]).
+    spare: Option<Request>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
@@ -451,6 +471,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             max_body: MAX_BODY_BYTES,
             large: LargeBodies::new(0),
             permit: None,
+            spare: None,
         }
     }
 
@@ -559,28 +580,54 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     /// Not async on purpose: httparse's header array (3 KiB) lives in this
     /// frame only, where it sat in every connection's future while the
     /// loop above waited for bytes.
-    fn parse_head(&self) -> Result<Option<(Request, usize)>, FrameError> {
+    fn parse_head(&mut self) -> Result<Option<(Request, usize)>, FrameError> {
         // Left uninitialized for httparse to fill: writing a hundred empty
         // headers first was half of `read_request`'s samples at 256
         // connections (docs/benchmarks.md, "Commit buffers kept").
         let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut []);
-        match parsed.parse_with_uninit_headers(self.pending(), &mut headers) {
+        let pending = self.buf.get(self.start..self.end).unwrap_or_default();
+        match parsed.parse_with_uninit_headers(pending, &mut headers) {
             Ok(httparse::Status::Complete(n)) => {
-                let req = Request {
-                    method: parsed.method.unwrap_or("").to_string(),
-                    target: parsed.path.unwrap_or("").to_string(),
-                    http10: parsed.version == Some(0),
-                    headers: collect_headers(parsed.headers),
-                    body: Vec::new(),
-                    hangup: None,
-                };
+                // The last request's buffers, emptied by `recycle`.
+                let mut req = self.spare.take().unwrap_or_default();
+                debug_assert!(req.method.is_empty() && req.target.is_empty() && req.body.is_empty());
+                req.method.push_str(parsed.method.unwrap_or(""));
+                req.target.push_str(parsed.path.unwrap_or(""));
+                req.http10 = parsed.version == Some(0);
+                // One validation of the whole head (every real client's is
+                // UTF-8) instead of one per value, each with its own start-up.
+                let head = pending.get(..n).and_then(|h| simdutf8::basic::from_utf8(h).ok());
+                collect_headers(parsed.headers, head, &mut req.headers);
                 Ok(Some((req, n)))
             }
             Ok(httparse::Status::Partial) => Ok(None),
             Err(httparse::Error::TooManyHeaders) => Err(FrameError::HeadTooLarge),
             Err(_) => Err(FrameError::Bad("malformed request line or header")),
         }
+    }
+
+    /// Takes back a request that was answered, so the next request reuses
+    /// its buffers (five allocations fewer per request), unless they are
+    /// larger than `MAX_KEPT_REQUEST_BYTES` together.
+    pub fn recycle(&mut self, mut req: Request) {
+        let held = [
+            req.method.capacity(),
+            req.target.capacity(),
+            req.body.capacity(),
+            req.headers.capacity_bytes(),
+        ]
+        .into_iter()
+        .fold(0usize, usize::saturating_add);
+        if held > MAX_KEPT_REQUEST_BYTES {
+            return;
+        }
+        req.method.clear();
+        req.target.clear();
+        req.headers.clear();
+        req.body.clear();
+        req.hangup = None;
+        self.spare = Some(req);
     }
 
     /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
@@ -634,7 +681,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                         return Err((FrameError::Incomplete, true));
                     }
                 }
-                req.body = self.pending().get(..n).ok_or((FrameError::Incomplete, true))?.to_vec();
+                req.body
+                    .extend_from_slice(self.pending().get(..n).ok_or((FrameError::Incomplete, true))?);
                 self.consume(n);
             }
             Body::Chunked => {
@@ -761,19 +809,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
 
 /// The parsed headers, values trimmed (RFC 9110 §5.5: only spaces and tabs
 /// surround a value) and made UTF-8 (invalid bytes become U+FFFD).
-fn collect_headers(parsed: &[httparse::Header<'_>]) -> Headers {
+/// Copies the parsed headers into `out`. `head`: the request's head, when
+/// it is valid UTF-8 as a whole; each value is then that text's slice.
+fn collect_headers(parsed: &[httparse::Header<'_>], head: Option<&str>, out: &mut Headers) {
+    debug_assert!(out.is_empty());
     let bytes = parsed.iter().map(|h| h.name.len().saturating_add(h.value.len())).sum();
-    let mut out = Headers::with_capacity(parsed.len(), bytes);
+    out.text.reserve(bytes);
+    out.spans.reserve(parsed.len());
     for h in parsed {
-        // Valid UTF-8 (every real client's) is checked by the fast
-        // validator; only the rest goes through the lossy rewrite.
-        let v = match std::str::from_utf8(h.value) {
-            Ok(v) => Cow::Borrowed(v),
-            Err(_) => String::from_utf8_lossy(h.value),
+        let v = match head.and_then(|head| slice_of(head, h.value)) {
+            Some(v) => Cow::Borrowed(v),
+            // Valid UTF-8 is checked by the fast validator; only the rest
+            // goes through the lossy rewrite.
+            None => match simdutf8::basic::from_utf8(h.value) {
+                Ok(v) => Cow::Borrowed(v),
+                Err(_) => String::from_utf8_lossy(h.value),
+            },
         };
         out.push(h.name, v.trim_matches([' ', '\t']));
     }
-    out
+}
+
+/// `part`, a slice of `whole`'s bytes, as a slice of `whole`: no second
+/// validation. `None` if `part` does not lie within `whole` on character
+/// boundaries (httparse's values always do: they end at ASCII delimiters).
+fn slice_of<'a>(whole: &'a str, part: &[u8]) -> Option<&'a str> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    whole.get(start..start.checked_add(part.len())?)
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`; HTTP/1.0

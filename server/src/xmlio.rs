@@ -433,7 +433,7 @@ fn plain_text_bytes(text: &str) -> bool {
 
 /// `<QueueMessage><MessageText>…</MessageText></QueueMessage>` → the text.
 pub fn parse_message_text(body: &[u8]) -> Result<String, ApiError> {
-    if let Some(text) = std::str::from_utf8(body).ok().and_then(plain_message_text) {
+    if let Some(text) = simdutf8::basic::from_utf8(body).ok().and_then(plain_message_text) {
         // `plain_message_text` let through no byte `check_xml_chars` refuses.
         debug_assert!(check_xml_chars(text).is_ok());
         return Ok(text.to_string());
