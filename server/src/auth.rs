@@ -108,9 +108,9 @@ fn sas_verifies(keys: &[Vec<u8>], msg: &str, sig: &str) -> bool {
 }
 
 /// A string to sign as its lines: joined by newlines, with one after the
-/// last when `trailing` (and there is a last). A remembered string is compared with it without
-/// building it (the build and its copies were most of a remembered SAS's
-/// cost).
+/// last when `trailing` (and there is a last). A remembered string is
+/// compared with it without building it (the build and its copies were
+/// most of a remembered SAS's cost).
 struct Lines<'a> {
     lines: &'a [&'a str],
     trailing: bool,
@@ -192,7 +192,7 @@ fn sas_verifies_lines(keys: &[Vec<u8>], sts: &Lines<'_>, sig: &str) -> bool {
         if !verifies(keys, &msg, sig) {
             return false;
         }
-        // Counted as the length-prefixed parts the entry is made of.
+        // Counted as before the entries were split: 8 bytes per part plus its length.
         let entry_bytes = keys
             .iter()
             .map(Vec::len)

@@ -36,7 +36,8 @@ pub struct Request {
 
 /// A request's headers, in the order sent, names keeping their case. All
 /// names and values share one buffer: two allocations per request instead
-/// of two per header.
+/// of two per header, and none when the connection's last request's
+/// buffers are reused ([`Reader::recycle`]).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Headers {
     text: String,
@@ -78,14 +79,6 @@ fn bloom_bit(tag: u32) -> u64 {
 }
 
 impl Headers {
-    pub fn with_capacity(headers: usize, bytes: usize) -> Self {
-        Headers {
-            text: String::with_capacity(bytes),
-            spans: Vec::with_capacity(headers),
-            present: 0,
-        }
-    }
-
     /// Empties the list, keeping its buffers for the next request's headers.
     fn clear(&mut self) {
         self.text.clear();
@@ -807,10 +800,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     }
 }
 
-/// The parsed headers, values trimmed (RFC 9110 §5.5: only spaces and tabs
-/// surround a value) and made UTF-8 (invalid bytes become U+FFFD).
-/// Copies the parsed headers into `out`. `head`: the request's head, when
-/// it is valid UTF-8 as a whole; each value is then that text's slice.
+/// Copies the parsed headers into `out`, values trimmed (RFC 9110 §5.5:
+/// only spaces and tabs surround a value) and made UTF-8 (invalid bytes
+/// become U+FFFD). `head`: the request's head, when it is valid UTF-8 as a
+/// whole; each value is then that text's slice, not validated again.
 fn collect_headers(parsed: &[httparse::Header<'_>], head: Option<&str>, out: &mut Headers) {
     debug_assert!(out.is_empty());
     let bytes = parsed.iter().map(|h| h.name.len().saturating_add(h.value.len())).sum();
@@ -1010,6 +1003,41 @@ mod tests {
             step,
             written: vec![],
         })
+    }
+
+    #[test]
+    fn a_recycled_request_carries_nothing_into_the_next() {
+        let raw = b"POST /first?x=1 HTTP/1.0\r\nHost: h\r\nConnection: close\r\nX-Old: 1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
+        let mut r = reader(raw, 4096);
+        let first = block_on(r.next_request()).unwrap().unwrap();
+        assert_eq!((first.body.as_slice(), first.http10), (&b"hello"[..], true));
+        assert!(!first.keep_alive());
+        r.recycle(first);
+        let second = block_on(r.next_request()).unwrap().unwrap();
+        assert_eq!((second.method.as_str(), second.target.as_str()), ("GET", "/b"));
+        assert!(second.body.is_empty() && !second.http10 && second.hangup.is_none());
+        assert_eq!(second.headers.len(), 1);
+        assert_eq!((second.header("x-old"), second.header("connection")), (None, None));
+        assert!(second.keep_alive());
+        // A request holding more than the bound is not kept.
+        let mut big = Request::default();
+        big.body.reserve(MAX_KEPT_REQUEST_BYTES + 1);
+        r.recycle(big);
+        assert!(r.spare.is_none());
+    }
+
+    #[test]
+    fn a_header_value_that_is_not_utf8_is_rewritten_and_the_others_are_kept() {
+        let raw = b"GET /a HTTP/1.1\r\nHost: h\r\nX-Bad: a\xffb\r\nX-Good:  caf\xc3\xa9 \r\n\r\n";
+        let req = block_on(reader(raw, 4096).next_request()).unwrap().unwrap();
+        assert_eq!(req.header("x-bad"), Some("a\u{FFFD}b"));
+        assert_eq!(req.header("x-good"), Some("caf\u{e9}"));
+        let raw = b"GET /a HTTP/1.1\r\nHost: h\r\nX-Good:\tcaf\xc3\xa9\t\r\nX-Empty:\r\n\r\n";
+        let req = block_on(reader(raw, 4096).next_request()).unwrap().unwrap();
+        assert_eq!(
+            (req.header("x-good"), req.header("x-empty")),
+            (Some("caf\u{e9}"), Some(""))
+        );
     }
 
     #[test]
