@@ -380,7 +380,6 @@ async fn handle_watching_peer<D: engine::disk::Disk>(
     let resp = handle_parsed(ctx, req, peer, targets).await;
     watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
-    req.hangup = None;
     resp
 }
 

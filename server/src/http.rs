@@ -579,6 +579,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         // connections (docs/benchmarks.md, "Commit buffers kept").
         let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut []);
+        // `pending()` by its fields: it would borrow all of `self`, which
+        // `self.spare.take()` below must not find borrowed.
         let pending = self.buf.get(self.start..self.end).unwrap_or_default();
         match parsed.parse_with_uninit_headers(pending, &mut headers) {
             Ok(httparse::Status::Complete(n)) => {
@@ -604,22 +606,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     /// its buffers (five allocations fewer per request), unless they are
     /// larger than `MAX_KEPT_REQUEST_BYTES` together.
     pub fn recycle(&mut self, mut req: Request) {
+        // Destructured, so a field added to `Request` fails to compile here
+        // until it is reset too (`http10` is always overwritten).
+        let Request {
+            method,
+            target,
+            http10: _,
+            headers,
+            body,
+            hangup,
+        } = &mut req;
         let held = [
-            req.method.capacity(),
-            req.target.capacity(),
-            req.body.capacity(),
-            req.headers.capacity_bytes(),
+            method.capacity(),
+            target.capacity(),
+            body.capacity(),
+            headers.capacity_bytes(),
         ]
         .into_iter()
         .fold(0usize, usize::saturating_add);
         if held > MAX_KEPT_REQUEST_BYTES {
             return;
         }
-        req.method.clear();
-        req.target.clear();
-        req.headers.clear();
-        req.body.clear();
-        req.hangup = None;
+        method.clear();
+        target.clear();
+        headers.clear();
+        body.clear();
+        *hangup = None;
         self.spare = Some(req);
     }
 
