@@ -380,6 +380,8 @@ async fn handle_watching_peer<D: engine::disk::Disk>(
     let resp = handle_parsed(ctx, req, peer, targets).await;
     watch.check_peer_from.set(None);
     watch.hangup.borrow_mut().take();
+    // `req.hangup` is reset by `Reader::recycle`, which `serve` calls right
+    // after encoding the answer, with no await between.
     resp
 }
 
