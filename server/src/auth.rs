@@ -12,7 +12,7 @@
     clippy::string_slice
 )]
 
-use crate::addressing::Target;
+use crate::addressing::{SignatureMemo, Target};
 use crate::error::ApiError;
 use crate::http::Request;
 use crate::ops::{Needs, SasRule};
@@ -584,6 +584,11 @@ pub struct Sas<'t> {
     pub ses: Option<&'t str>,
     pub sig: Option<&'t str>,
     pub skoid: Option<&'t str>,
+    /// The memo of the target these fields came from: the signature check
+    /// is skipped once it has passed for that target (see
+    /// [`SignatureMemo`]). `None` for fields put together any other way.
+    /// [`verify_service_sas`] must then be given that target's queue.
+    pub memo: Option<&'t SignatureMemo>,
 }
 
 impl<'t> Sas<'t> {
@@ -609,7 +614,22 @@ impl<'t> Sas<'t> {
             };
             *slot = Some(value.as_ref());
         }
+        sas.memo = Some(&t.signature);
         sas.sig.is_some().then_some(sas)
+    }
+
+    /// [`sas_verifies_lines`], unless this SAS's target has verified
+    /// before (its memo is set), and the memo set when it verifies.
+    fn signature_holds(&self, keys: &[Vec<u8>], sts: &Lines<'_>) -> bool {
+        if self.memo.is_some_and(SignatureMemo::verified) {
+            debug_assert!(sas_verifies_lines(keys, sts, opt(&self.sig)), "a remembered signature fails");
+            return true;
+        }
+        let holds = sas_verifies_lines(keys, sts, opt(&self.sig));
+        if let (true, Some(memo)) = (holds, self.memo) {
+            memo.set_verified();
+        }
+        holds
     }
 }
 
@@ -782,7 +802,7 @@ pub fn account_sas<'t>(
         lines: signed,
         trailing: true,
     };
-    if !sas_verifies_lines(&account.keys, &sts, opt(&sas.sig)) {
+    if !sas.signature_holds(&account.keys, &sts) {
         return Err(ApiError::auth_failed(format!(
             "Signature did not match. String to sign used was {}",
             sts.build()
@@ -822,7 +842,7 @@ pub fn verify_service_sas(sas: &Sas<'_>, account: &Account, queue: &str) -> Resu
     if let Some(sp) = &sas.sp {
         check_permissions(sp, SERVICE_SAS_LETTERS)?;
     }
-    if !sas_verifies_lines(&account.keys, &sts, opt(&sas.sig)) {
+    if !sas.signature_holds(&account.keys, &sts) {
         return Err(ApiError::auth_failed(format!(
             "Signature did not match. String to sign used was {}",
             sts.build()
@@ -1415,6 +1435,46 @@ mod tests {
         for bad in ["rr", "rapr", "x", "r\u{e9}", "\u{7f}", "R"] {
             assert!(check_permissions(bad, SERVICE_SAS_LETTERS).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_target_remembers_a_signature_only_once_it_verified_and_still_checks_the_window() {
+        use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+        let signed_target = |se: &str, sig: &str| {
+            let sig = utf8_percent_encode(sig, NON_ALPHANUMERIC);
+            format!("/devstoreaccount1?comp=list&sv=2026-10-06&ss=q&srt=sco&sp=rlap&se={se}&sig={sig}")
+        };
+        let sts = |se: &str| format!("devstoreaccount1\nrlap\nq\nsco\n\n{se}\n\n\n2026-10-06\n\n");
+        let addressing = crate::addressing::Addressing::default();
+        let now = SystemTime::now();
+        let future = "2099-11-22T11:43:27Z";
+        let good = signature(&acct().keys[0], &sts(future));
+
+        // A wrong signature fails, every time, and leaves nothing behind.
+        let forged = req("GET", &signed_target(future, "AAAA"), &[]);
+        let t = parse_target(&forged, &addressing).unwrap();
+        for _ in 0..2 {
+            let sas = Sas::from_target(&t).unwrap();
+            assert!(account_sas(&sas, &acct(), now, local()).is_err());
+            assert!(!t.signature.verified());
+        }
+
+        // The right one verifies and is remembered by its target alone.
+        let signed = req("GET", &signed_target(future, &good), &[]);
+        let t = parse_target(&signed, &addressing).unwrap();
+        let sas = Sas::from_target(&t).unwrap();
+        assert!(account_sas(&sas, &acct(), now, local()).is_ok());
+        assert!(t.signature.verified());
+        let again = Sas::from_target(&t).unwrap();
+        assert!(account_sas(&again, &acct(), now, local()).is_ok());
+
+        // Remembered, the window is still checked on every request.
+        let later = now + std::time::Duration::from_secs(200 * 365 * 24 * 3600);
+        assert!(account_sas(&again, &acct(), later, local()).is_err());
+
+        // Fields put together by hand carry no memo and are checked in full.
+        let by_hand = Sas { memo: None, sig: Some("AAAA"), ..again.clone() };
+        assert!(account_sas(&by_hand, &acct(), now, local()).is_err());
     }
 
     #[test]
