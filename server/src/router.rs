@@ -93,6 +93,12 @@ impl<D: Disk> Router<D> {
         owner(account, queue, self.shards)
     }
 
+    /// This core's shard if `target` is this core: work on it can borrow
+    /// what [`Router::exec`] would have to copy for another core.
+    pub fn here(&self, target: usize) -> Option<&Rc<Shard<D>>> {
+        (target == self.me).then_some(&self.shard)
+    }
+
     /// Runs `work` on core `target` (here, or over the mesh) and returns its
     /// result. The closure and its result are plain data; the shard it gets
     /// is that core's own.

@@ -28,6 +28,9 @@ pub struct Wakeups {
     /// The list `wake_all` emptied, kept for its capacity: a wake-up per
     /// commit must not allocate a new list.
     spare: RefCell<VecDeque<Rc<Slot>>>,
+    /// Slots whose listener is gone and that no list holds, reset, for the
+    /// next [`Wakeups::listen`]: two allocations of every put.
+    free: RefCell<Vec<Rc<Slot>>>,
 }
 
 #[derive(Default)]
@@ -54,7 +57,11 @@ impl Wakeups {
     /// Registers a listener now: a wake-up after this call reaches it even
     /// if it is first polled later.
     pub fn listen(&self) -> Listener<'_> {
-        let slot = Rc::new(Slot::default());
+        let slot = self.free.borrow_mut().pop().unwrap_or_default();
+        debug_assert!(
+            Rc::strong_count(&slot) == 1 && slot.state.get() == SlotState::Waiting,
+            "a reused slot is held by nobody and reset"
+        );
         self.waiting.borrow_mut().push_back(slot.clone());
         Listener { event: self, slot }
     }
@@ -132,6 +139,22 @@ impl Drop for Listener<'_> {
             SlotState::WokenOne => self.event.wake_one_more(),
             SlotState::Woken | SlotState::Observed | SlotState::Gone => {}
         }
+        // Held by nothing but this listener (no list still has it, which
+        // is the case once it was woken): reused. A slot some list still
+        // holds (dropped while waiting) is freed with the list's reference.
+        if Rc::strong_count(&self.slot) == 1 {
+            // Dropped after the borrow ends: dropping a waker may drop a
+            // task, and with it other listeners of this list.
+            let waker = self.slot.waker.take();
+            self.slot.state.set(SlotState::Waiting);
+            {
+                let mut free = self.event.free.borrow_mut();
+                if free.len() < crate::limits::MAX_KEPT_WAKEUP_SLOTS {
+                    free.push(self.slot.clone());
+                }
+            }
+            drop(waker);
+        }
     }
 }
 
@@ -168,6 +191,26 @@ mod tests {
             "b was woken before its first poll"
         );
         assert!(!poll(&mut c, &waker));
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_once_no_list_holds_it() {
+        let ev = Wakeups::default();
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let mut a = ev.listen();
+        let b = ev.listen();
+        assert!(!poll(&mut a, &waker));
+        drop(b); // still in the list, marked gone: not reusable
+        assert!(ev.free.borrow().is_empty());
+        ev.wake_all();
+        assert!(poll(&mut a, &waker));
+        drop(a); // woken, out of the list: reused, reset
+        assert_eq!(ev.free.borrow().len(), 1);
+        let mut c = ev.listen();
+        assert!(ev.free.borrow().is_empty());
+        assert!(!poll(&mut c, &waker), "a reused slot starts waiting");
+        ev.wake_all();
+        assert!(poll(&mut c, &waker));
     }
 
     #[test]

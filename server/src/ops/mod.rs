@@ -407,7 +407,12 @@ fn metadata_of(req: &Request) -> Result<Metadata, ApiError> {
 
 /// The queue a queue-level operation names (routing guarantees one).
 fn queue_of(t: &Target<'_>) -> Result<String, ApiError> {
-    t.queue.clone().ok_or_else(ApiError::invalid_uri)
+    queue_of_ref(t).map(str::to_string)
+}
+
+/// [`queue_of`], borrowed.
+fn queue_of_ref<'t>(t: &'t Target<'_>) -> Result<&'t str, ApiError> {
+    t.queue.as_deref().ok_or_else(ApiError::invalid_uri)
 }
 
 /// A batch request (docs/EXTENSIONS.md) holds 1 to `MAX_BATCH_MESSAGES`

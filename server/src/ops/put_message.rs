@@ -8,10 +8,10 @@ use crate::handler::Ctx;
 use crate::http::{Request, Response};
 use crate::xmlio;
 use engine::disk::Disk;
+use std::rc::Rc;
 
 pub struct PutMessage {
-    queue: String,
-    text: String,
+    text: Rc<str>,
     visibility_timeout: Option<i64>,
     ttl: Option<i64>,
 }
@@ -23,29 +23,42 @@ impl Op for PutMessage {
     };
 
     fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
+        // The queue is read from the target in `run`.
+        super::queue_of_ref(t)?;
         Ok(PutMessage {
-            queue: super::queue_of(t)?,
             visibility_timeout: super::int_param(t, "visibilitytimeout")?,
             ttl: super::int_param(t, "messagettl")?,
-            text: xmlio::parse_message_text(&req.body)?,
+            text: xmlio::parse_shared_message_text(&req.body)?,
         })
     }
 
     async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
-        let account = t.account.clone();
         let PutMessage {
-            queue,
             text,
             visibility_timeout,
             ttl,
         } = self;
-        let owner = ctx.router.owner_of(&account, &queue);
-        let put = ctx
-            .router
-            .exec(owner, move |shard, _| async move {
-                shard.put_message(&account, &queue, text, visibility_timeout, ttl).await
-            })
-            .await?;
+        let queue = super::queue_of_ref(t)?;
+        let owner = ctx.router.owner_of(&t.account, queue);
+        let put = match ctx.router.here(owner) {
+            // The queue is this core's: the shard borrows the names, where
+            // a trip over the mesh needs its own copies of them.
+            Some(shard) => {
+                shard
+                    .put_shared_message(&t.account, queue, text, visibility_timeout, ttl)
+                    .await?
+            }
+            None => {
+                let (account, queue) = (t.account.clone(), queue.to_string());
+                // An `Rc` cannot cross cores: the text goes as a `String`.
+                let text = String::from(&*text);
+                ctx.router
+                    .exec(owner, move |shard, _| async move {
+                        shard.put_message(&account, &queue, text, visibility_timeout, ttl).await
+                    })
+                    .await?
+            }
+        };
         Ok(Response::new(201).xml(xmlio::write_put(&put)))
     }
 }
