@@ -121,6 +121,58 @@ pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
     Ok(())
 }
 
+/// The length of a pop receipt's wire form.
+pub const RECEIPT_TEXT_LEN: usize = 22;
+
+/// A pop receipt's wire form ([`PopReceipt::encode`]), held in place: a
+/// `String` was an allocation of every put and every message got.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReceiptText([u8; RECEIPT_TEXT_LEN]);
+
+impl ReceiptText {
+    pub fn as_str(&self) -> &str {
+        // Only `encode` makes one, from the base64url alphabet: ASCII.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for ReceiptText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for ReceiptText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for ReceiptText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for ReceiptText {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<String> for ReceiptText {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ReceiptText {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A pop receipt: which issue of which message it is. On the wire it is 16
 /// bytes, base64url without padding (22 characters), so it survives URLs
 /// without escaping.
@@ -137,23 +189,23 @@ impl PopReceipt {
     /// bytes (a test holds the two equal), written directly: the base64
     /// crate's general engine cost about 400 instructions a receipt, one
     /// per put and per message got.
-    pub fn encode(&self) -> String {
+    pub fn encode(&self) -> ReceiptText {
         const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.nonce.to_le_bytes());
         b[8..].copy_from_slice(&self.seq.to_le_bytes());
-        let sextet = |v: u32, shift: u32| char::from(ALPHABET[((v >> shift) & 63) as usize]);
-        let mut out = String::with_capacity(22);
+        let sextet = |v: u32, shift: u32| ALPHABET[((v >> shift) & 63) as usize];
+        let mut out = [0u8; RECEIPT_TEXT_LEN];
         // Five groups of three bytes make twenty characters; the last byte
         // makes two more: its top six bits, then its low two bits followed
         // by four zero bits.
-        for group in b[..15].chunks_exact(3) {
+        for (group, text) in b[..15].chunks_exact(3).zip(out.chunks_exact_mut(4)) {
             let v = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
-            out.extend([sextet(v, 18), sextet(v, 12), sextet(v, 6), sextet(v, 0)]);
+            text.copy_from_slice(&[sextet(v, 18), sextet(v, 12), sextet(v, 6), sextet(v, 0)]);
         }
         let last = u32::from(b[15]) << 16;
-        out.extend([sextet(last, 18), sextet(last, 12)]);
-        out
+        out[20..].copy_from_slice(&[sextet(last, 18), sextet(last, 12)]);
+        ReceiptText(out)
     }
 
     /// Accepts the base64url form we issue, and the standard alphabet with

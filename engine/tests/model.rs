@@ -249,7 +249,7 @@ fn run(ops: Vec<Op>) {
                             expires,
                             visible: p.visible_ms,
                             dq: 0,
-                            receipt: Some(p.pop_receipt),
+                            receipt: Some(p.pop_receipt.to_string()),
                             stale: None,
                             order: model.order,
                         });
@@ -273,7 +273,7 @@ fn run(ops: Vec<Op>) {
                     let m = &mut mq.msgs[i];
                     m.dq += 1;
                     m.visible = now + vt as u64 * 1000;
-                    m.stale = m.receipt.replace(g.pop_receipt.clone());
+                    m.stale = m.receipt.replace(g.pop_receipt.to_string());
                     assert_eq!((g.dequeue_count, g.visible_ms, &g.text), (m.dq, m.visible, &m.text));
                 }
             }
@@ -321,7 +321,7 @@ fn run(ops: Vec<Op>) {
                         let mm = &mut mq.msgs[i];
                         mm.visible = now + vt as u64 * 1000;
                         assert_eq!(u.visible_ms, mm.visible);
-                        mm.stale = mm.receipt.replace(u.pop_receipt);
+                        mm.stale = mm.receipt.replace(u.pop_receipt.to_string());
                         if let Some(t) = new_text {
                             mm.text = t;
                         }

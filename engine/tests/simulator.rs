@@ -583,7 +583,7 @@ impl World {
                         q,
                         putno,
                         id,
-                        receipt: PopReceipt { nonce, seq }.encode(),
+                        receipt: PopReceipt { nonce, seq }.encode().to_string(),
                     }
                 } else if r < 61 && !self.poison(&q, putno) {
                     Op::Delete { q, putno, id, receipt }

@@ -247,12 +247,136 @@ impl Request {
 }
 
 /// A response to encode. Header names and most values are static text:
-/// `Cow` keeps them unallocated (they were a string pair per header).
+/// `Cow` keeps them unallocated (they were a string pair per header), and
+/// the short values every answer carries are held in place ([`HeaderValue`]).
 #[derive(Debug, Clone, Default)]
 pub struct Response {
     pub status: u16,
-    pub headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+    pub headers: Vec<(Cow<'static, str>, HeaderValue)>,
     pub body: Vec<u8>,
+}
+
+/// A response header's value: static text, an owned string, or up to
+/// [`INLINE_VALUE_BYTES`] bytes held in place. Every answer carries a
+/// request id (36 bytes), a `Date` (29) and the version it was asked in
+/// (10); as `String`s they were three allocations and frees of every
+/// request.
+#[derive(Clone)]
+pub struct HeaderValue(Value);
+
+/// The longest value [`HeaderValue`] holds in place: a request id is 36.
+pub const INLINE_VALUE_BYTES: usize = 38;
+
+#[derive(Clone)]
+enum Value {
+    Shared(Cow<'static, str>),
+    /// `len` bytes of `bytes` are the text; `len` is at most the array's.
+    Inline { len: u8, bytes: [u8; INLINE_VALUE_BYTES] },
+}
+
+impl HeaderValue {
+    /// `text` held in place if it fits, else owned.
+    pub fn copied(text: &str) -> Self {
+        let mut bytes = [0u8; INLINE_VALUE_BYTES];
+        match (bytes.get_mut(..text.len()), u8::try_from(text.len())) {
+            (Some(head), Ok(len)) => {
+                head.copy_from_slice(text.as_bytes());
+                HeaderValue(Value::Inline { len, bytes })
+            }
+            _ => HeaderValue(Value::Shared(Cow::Owned(text.to_string()))),
+        }
+    }
+
+    /// The text's bytes, as an answer is encoded: the inline bytes were
+    /// copied from a `str`, so unlike [`HeaderValue::as_str`] this need not
+    /// check them again.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Value::Shared(s) => s.as_bytes(),
+            Value::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Value::Shared(s) => s,
+            // Only `copied` makes this variant, from a whole `str` of `len`
+            // bytes: the prefix is that text.
+            Value::Inline { len, bytes } => bytes
+                .get(..usize::from(*len))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Default for HeaderValue {
+    fn default() -> Self {
+        HeaderValue(Value::Shared(Cow::Borrowed("")))
+    }
+}
+
+impl std::ops::Deref for HeaderValue {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for HeaderValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for HeaderValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&'static str> for HeaderValue {
+    fn from(s: &'static str) -> Self {
+        HeaderValue(Value::Shared(Cow::Borrowed(s)))
+    }
+}
+
+impl From<String> for HeaderValue {
+    fn from(s: String) -> Self {
+        HeaderValue(Value::Shared(Cow::Owned(s)))
+    }
+}
+
+impl From<engine::model::ReceiptText> for HeaderValue {
+    fn from(r: engine::model::ReceiptText) -> Self {
+        HeaderValue::copied(&r)
+    }
+}
+
+impl From<Cow<'static, str>> for HeaderValue {
+    fn from(s: Cow<'static, str>) -> Self {
+        HeaderValue(Value::Shared(s))
+    }
+}
+
+impl PartialEq for HeaderValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for HeaderValue {}
+
+impl PartialEq<str> for HeaderValue {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for HeaderValue {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// Headers a response has room for from the start ([`Response::new`]).
@@ -269,12 +393,12 @@ impl Response {
         }
     }
 
-    pub fn header(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Self {
+    pub fn header(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<HeaderValue>) -> Self {
         self.push_header(name, value);
         self
     }
 
-    pub fn push_header(&mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) {
+    pub fn push_header(&mut self, name: impl Into<Cow<'static, str>>, value: impl Into<HeaderValue>) {
         self.headers.push((name.into(), value.into()));
     }
 
@@ -319,9 +443,9 @@ impl Response {
 
 /// The `Date` header's text for `now` (RFC 9110 §5.6.7), from the per-core
 /// texts of [`crate::xmlio::push_rfc1123`]: it has second resolution.
-pub fn http_date(now: std::time::SystemTime) -> String {
+pub fn http_date(now: std::time::SystemTime) -> HeaderValue {
     let ms = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    crate::xmlio::rfc1123(u64::try_from(ms).unwrap_or(u64::MAX))
+    crate::xmlio::with_rfc1123(u64::try_from(ms).unwrap_or(u64::MAX), HeaderValue::copied)
 }
 
 /// Appends `n` in decimal.
@@ -911,6 +1035,23 @@ mod tests {
     use futures_lite::future::block_on;
     use std::pin::Pin;
     use std::task::{Context, Poll};
+
+    #[test]
+    fn a_header_value_reads_back_as_given_in_place_or_not() {
+        let fits = "é".repeat(INLINE_VALUE_BYTES / 2); // exactly full, multi-byte
+        let spills = "x".repeat(INLINE_VALUE_BYTES + 1);
+        for text in ["", "2026-10-06", fits.as_str(), spills.as_str()] {
+            let v = HeaderValue::copied(text);
+            assert_eq!(v.as_str(), text);
+            assert_eq!(v.as_bytes(), text.as_bytes());
+            assert_eq!(v, HeaderValue::from(text.to_string()));
+        }
+        assert!(matches!(HeaderValue::copied(&fits).0, Value::Inline { .. }));
+        assert!(matches!(HeaderValue::copied(&spills).0, Value::Shared(_)));
+        let mut out = Vec::new();
+        Response::new(200).header("x-ms-version", HeaderValue::copied("2026-10-06")).encode(&mut out, false, false);
+        assert!(out.windows(24).any(|w| w == b"x-ms-version: 2026-10-06"));
+    }
 
     /// The presence bits answer "absent" without reading the spans: a
     /// name whose bit another name set must still be compared, and a name

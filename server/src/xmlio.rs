@@ -73,6 +73,11 @@ pub fn rfc1123(ms: u64) -> String {
 /// "now + 7 days" would share any slot chosen by seconds modulo a power of
 /// two, and evict each other on every put.
 pub fn push_rfc1123(out: &mut String, ms: u64) {
+    with_rfc1123(ms, |text| out.push_str(text));
+}
+
+/// Calls `f` with [`rfc1123`]'s text of `ms`, from the core's kept texts.
+pub fn with_rfc1123<R>(ms: u64, f: impl FnOnce(&str) -> R) -> R {
     // Times here come from our own clock plus bounded timeouts; a value past
     // SystemTime's range still prints (as the latest time) rather than panic.
     // (httpdate refuses years past 9999, so the value is capped there first).
@@ -93,12 +98,11 @@ pub fn push_rfc1123(out: &mut String, ms: u64) {
     let secs = ms.min(LAST_HTTP_DATE_MS) / 1000;
     TEXTS.with_borrow_mut(|texts| {
         if let Some((_, text)) = texts.slots.iter().find(|(at, _)| *at == secs) {
-            out.push_str(text);
-            return;
+            return f(text);
         }
         let t = UNIX_EPOCH.checked_add(Duration::from_secs(secs)).unwrap_or(UNIX_EPOCH);
         let text = httpdate::fmt_http_date(t);
-        out.push_str(&text);
+        let answer = f(&text);
         #[cfg(test)]
         RFC1123_FORMATS.with(|n| n.set(n.get().saturating_add(1)));
         let victim = texts.victim % SLOTS;
@@ -106,6 +110,7 @@ pub fn push_rfc1123(out: &mut String, ms: u64) {
             *slot = (secs, text);
         }
         texts.victim = victim.checked_add(1).filter(|&v| v < SLOTS).unwrap_or(0);
+        answer
     })
 }
 

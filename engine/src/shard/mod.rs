@@ -24,7 +24,7 @@ use crate::clock::Clock;
 use crate::disk::Disk;
 use crate::error::{QueueError, StorageError};
 use crate::limits::*;
-use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, SignedIdentifier};
+use crate::model::{validate_acl, validate_queue_name, Metadata, PopReceipt, ReceiptText, SignedIdentifier};
 use crate::queue::{BodyLoc, Cleared, Message, Queue};
 use crate::wal::frame::FRAME_HEADER_LEN;
 use crate::wal::record::{Dequeued, MessageState, Record, MESSAGE_STATE_FIXED};
@@ -142,7 +142,7 @@ pub struct PutReceipt {
     pub id: Uuid,
     pub inserted_ms: u64,
     pub expires_ms: u64,
-    pub pop_receipt: String,
+    pub pop_receipt: ReceiptText,
     pub visible_ms: u64,
 }
 
@@ -152,7 +152,7 @@ pub struct ReceivedMessage {
     pub id: Uuid,
     pub inserted_ms: u64,
     pub expires_ms: u64,
-    pub pop_receipt: String,
+    pub pop_receipt: ReceiptText,
     pub visible_ms: u64,
     pub dequeue_count: u64,
     pub text: String,
@@ -171,7 +171,7 @@ pub struct PeekedMessage {
 /// Update Message's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateReceipt {
-    pub pop_receipt: String,
+    pub pop_receipt: ReceiptText,
     pub visible_ms: u64,
 }
 
