@@ -121,7 +121,7 @@ fn a_message_deleted_while_compaction_reads_it_stays_deleted() {
             let receipt = got
                 .iter()
                 .find(|m| m.id.to_string() == ids[victim])
-                .map(|m| m.pop_receipt.clone())
+                .map(|m| m.pop_receipt)
                 .expect("all three received");
             let (report, deleted) = block_on(futures::future::join(s.maintenance(), async {
                 for _ in 0..offset {
