@@ -332,12 +332,33 @@ impl DiskFile for DmaDiskFile {
         // that happens at most once per shard.
         let (buf, done) = glommio::executor()
             .spawn_blocking(move || {
-                let done = pwrite_then_fdatasync(&fd, &buf, pos);
+                let done = pwrite_then_fdatasync(&fd, buf.as_slice(), pos);
                 (buf, done)
             })
             .await;
         self.spare.set(Some(buf));
         done
+    }
+
+    async fn write_and_sync_owned(&self, data: Vec<u8>, pos: u64) -> (Vec<u8>, Result<WriteSync, CommitIoError>) {
+        // The log's batch buffers come from the allocator's page-aligned
+        // large blocks in practice (mimalloc's, for blocks this size), and
+        // the log pads each commit to the alignment: checked, not assumed.
+        let aligned = |n: usize| n.is_multiple_of(self.alignment.max(1) as usize);
+        if self.sync_path != SyncPath::BlockingPool || !aligned(data.as_ptr() as usize) || !aligned(data.len()) {
+            let done = self.write_and_sync(&data, pos).await;
+            return (data, done);
+        }
+        let fd = self.pool_fd.clone();
+        // As in `write_and_sync`: the job hands the buffer back, and if
+        // this future is dropped first the buffer leaks (at most once per
+        // shard, as such a commit poisons the log).
+        glommio::executor()
+            .spawn_blocking(move || {
+                let done = pwrite_then_fdatasync(&fd, &data, pos);
+                (data, done)
+            })
+            .await
     }
 
     async fn size(&self) -> io::Result<u64> {
@@ -388,11 +409,10 @@ fn whole_write(what: &str, n: usize, len: usize) -> io::Result<()> {
 
 /// `pwrite` of the whole buffer, then `fdatasync`, on the blocking pool's
 /// thread; a short write is an error (O_DIRECT writes whole blocks or fail).
-fn pwrite_then_fdatasync(fd: &OwnedFd, buf: &AlignedBuf, pos: u64) -> Result<WriteSync, CommitIoError> {
+fn pwrite_then_fdatasync(fd: &OwnedFd, data: &[u8], pos: u64) -> Result<WriteSync, CommitIoError> {
     let started = Instant::now();
     let at =
         libc::off_t::try_from(pos).map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    let data = buf.as_slice();
     // SAFETY: `data` is valid for its length and outlives the call, and `fd`
     // keeps the descriptor open.
     let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), at) };

@@ -952,7 +952,9 @@ impl<D: Disk> Wal<D> {
         let padded = align_up(b.buf.len() as u64, align) as usize;
         b.buf.resize(padded, 0);
         let io = if padded >= ONE_HOP_COMMIT_BYTES {
-            file.write_and_sync(&b.buf, b.base).await
+            let (buf, io) = file.write_and_sync_owned(std::mem::take(&mut b.buf), b.base).await;
+            b.buf = buf;
+            io
         } else {
             write_then_sync(&*file, &b.buf, b.base).await
         };
