@@ -210,5 +210,5 @@ pub const REWRITE_RECORD_SLICE: usize = 512;
 /// Wake-up slots a log's wait list keeps for reuse (`wal::wakeups`): each
 /// durable mutation listens twice, and a fresh slot was an allocation and a
 /// free each time. More than one per connection waiting on a commit is
-/// never needed; beyond this, spent slots are freed. About 64 bytes each.
+/// never needed; beyond this, spent slots are freed. About 40 bytes each.
 pub const MAX_KEPT_WAKEUP_SLOTS: usize = 1_024;

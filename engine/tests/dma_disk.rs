@@ -271,6 +271,34 @@ fn large_commits_in_one_job_read_back_on_real_files() {
     }
 }
 
+/// Large blocks page-aligned, as the server's allocator (mimalloc) gives
+/// them in practice, so that the test below reaches the in-place write;
+/// everything else as the system allocator has it. A function of the
+/// layout alone, so every free and reallocation sees the alignment its
+/// block was allocated with.
+struct LargeBlocksPageAligned;
+
+fn page_aligned_if_large(l: std::alloc::Layout) -> std::alloc::Layout {
+    match l.size() >= 64 * 1024 {
+        true => std::alloc::Layout::from_size_align(l.size(), l.align().max(4096)).unwrap_or(l),
+        false => l,
+    }
+}
+
+// SAFETY: every call goes to `System` with a layout of the same size and
+// an alignment at least the one asked for.
+unsafe impl std::alloc::GlobalAlloc for LargeBlocksPageAligned {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        unsafe { std::alloc::System.alloc(page_aligned_if_large(l)) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(p, page_aligned_if_large(l)) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: LargeBlocksPageAligned = LargeBlocksPageAligned;
+
 /// A commit's buffer handed to the disk is written where it lies when its
 /// address suits O_DIRECT, and copied into an aligned buffer when not;
 /// either way the bytes land and the buffer comes back unchanged.
@@ -283,22 +311,28 @@ fn an_owned_commit_buffer_is_written_whatever_its_address() {
         let disk = DmaDisk::open(&path, SyncPath::BlockingPool).await.unwrap();
         let file = disk.create("owned").await.unwrap();
         file.allocate(1 << 20).await.unwrap();
-        let len = 64 * 1024;
-        let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-        // A large block (page-aligned from the allocator in practice), and
-        // the same bytes one byte into a larger block: never aligned.
-        let mut shifted = Vec::with_capacity(len + 1);
-        shifted.push(0u8);
-        shifted.extend_from_slice(&pattern);
-        let unaligned: &[u8] = &shifted[1..];
-        assert_ne!(unaligned.as_ptr() as usize % 512, 0);
-        let (back, done) = file.write_and_sync_owned(pattern.clone(), 0).await;
+        let pattern = |len: usize| -> Vec<u8> { (0..len).map(|i| (i * 7 % 251) as u8).collect() };
+        // In place: a large block, page-aligned by the allocator above.
+        let large = pattern(64 * 1024);
+        assert_eq!(large.as_ptr() as usize % 4096, 0);
+        let (back, done) = file.write_and_sync_owned(large.clone(), 0).await;
         done.unwrap();
-        assert_eq!(back, pattern, "the buffer comes back as it went");
-        assert_eq!(file.read_at(0, len).await.unwrap(), pattern);
-        // The slice path (a copy into an aligned buffer) for an address
-        // O_DIRECT refuses.
-        file.write_and_sync(unaligned, len as u64).await.unwrap();
-        assert_eq!(file.read_at(len as u64, len).await.unwrap(), pattern);
+        assert_eq!(back, large, "the buffer comes back as it went");
+        assert_eq!(file.read_at(0, large.len()).await.unwrap(), large);
+        // Copied: a small block, which the system allocator aligns to 16
+        // bytes only (searched for one O_DIRECT would refuse).
+        let mut held = Vec::new();
+        let small = loop {
+            let v = pattern(8 * 1024);
+            if v.as_ptr() as usize % 512 != 0 {
+                break v;
+            }
+            held.push(v);
+        };
+        let (back, done) = file.write_and_sync_owned(small.clone(), 128 * 1024).await;
+        done.unwrap();
+        assert_eq!(back, small);
+        assert_eq!(file.read_at(128 * 1024, small.len()).await.unwrap(), small);
+        drop(held);
     });
 }

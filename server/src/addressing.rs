@@ -43,10 +43,11 @@ pub struct Target<'r> {
 /// (`config`), so a target kept parsed by a connection's [`TargetCache`]
 /// verifies on every later request if it verified once: the lookup in the
 /// core's table of verified signatures and its dozen comparisons were
-/// about 0.3 us of a put signed with a SAS (docs/benchmarks.md, "A
-/// target's signature remembered"). Only a success is remembered; the
-/// time window and the permissions are still checked on every request.
-/// Owned by the connection's task, like the target that holds it.
+/// about 0.3 us of a put signed with a SAS (docs/benchmarks.md, "Fewer
+/// allocations, a signature remembered, the commit's copy gone"). Only a
+/// success is remembered; the time window, permissions, IP range and
+/// protocol are still checked on every request. Owned by the connection's
+/// task, like the target that holds it.
 #[derive(Debug, Default, Clone)]
 pub struct SignatureMemo(std::cell::Cell<bool>);
 
@@ -105,8 +106,10 @@ impl Target<'_> {
 /// repeats (Delete Message's carries its receipt) costs two copies into
 /// reused buffers, not a parse into owned strings. A slot holding only a
 /// key is taken before one holding a parse, so such URLs do not push the
-/// repeated ones out. Nothing about the request's authority is kept: every
-/// request is still authenticated and authorized on its own.
+/// repeated ones out. Of the request's authority, a kept target holds one
+/// bit: that its SAS signature verified ([`SignatureMemo`]); every request
+/// is still authorized, and its SAS's window, permissions, IP range and
+/// protocol checked, on its own.
 ///
 /// Bounded per connection: a key of at most `MAX_CACHED_TARGET_BYTES`, a
 /// parse of at most `MAX_CACHED_TARGET_PARAMETERS` query parameters, in

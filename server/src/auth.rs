@@ -586,9 +586,12 @@ pub struct Sas<'t> {
     pub skoid: Option<&'t str>,
     /// The memo of the target these fields came from: the signature check
     /// is skipped once it has passed for that target (see
-    /// [`SignatureMemo`]). `None` for fields put together any other way.
-    /// [`verify_service_sas`] must then be given that target's queue.
-    pub memo: Option<&'t SignatureMemo>,
+    /// [`SignatureMemo`]). Private, so that only [`Sas::from_target`] sets
+    /// it and no `Sas { .., ..from_target }` elsewhere carries it over to
+    /// other fields; `None` for fields put together any other way. With
+    /// it, [`verify_service_sas`] must be given that target's queue (the
+    /// handler's only call does), and the fields must not be changed.
+    memo: Option<&'t SignatureMemo>,
 }
 
 impl<'t> Sas<'t> {

@@ -77,6 +77,7 @@ pub fn push_rfc1123(out: &mut String, ms: u64) {
 }
 
 /// Calls `f` with [`rfc1123`]'s text of `ms`, from the core's kept texts.
+/// `f` runs while they are borrowed: it must not format a time itself.
 pub fn with_rfc1123<R>(ms: u64, f: impl FnOnce(&str) -> R) -> R {
     // Times here come from our own clock plus bounded timeouts; a value past
     // SystemTime's range still prints (as the latest time) rather than panic.
