@@ -324,7 +324,7 @@ fn an_owned_commit_buffer_is_written_whatever_its_address() {
         let mut held = Vec::new();
         let small = loop {
             let v = pattern(8 * 1024);
-            if v.as_ptr() as usize % 512 != 0 {
+            if !(v.as_ptr() as usize).is_multiple_of(512) {
                 break v;
             }
             held.push(v);
