@@ -8,10 +8,8 @@ use crate::handler::Ctx;
 use crate::http::{Request, Response};
 use crate::xmlio;
 use engine::disk::Disk;
-use std::rc::Rc;
 
 pub struct PutMessage {
-    text: Rc<str>,
     visibility_timeout: Option<i64>,
     ttl: Option<i64>,
 }
@@ -22,36 +20,35 @@ impl Op for PutMessage {
         account_sas: Some(("o", "a")),
     };
 
-    fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
-        // The queue is read from the target in `run`.
+    fn parse(_: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
+        // The queue is read from the target, and the text from the body, in
+        // `run`, which is called right after and reads the text before
+        // anything else: into the form the queue's core takes it in.
         super::queue_of_ref(t)?;
         Ok(PutMessage {
             visibility_timeout: super::int_param(t, "visibilitytimeout")?,
             ttl: super::int_param(t, "messagettl")?,
-            text: xmlio::parse_shared_message_text(&req.body)?,
         })
     }
 
-    async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
-        let PutMessage {
-            text,
-            visibility_timeout,
-            ttl,
-        } = self;
+    async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
+        let PutMessage { visibility_timeout, ttl } = self;
         let queue = super::queue_of_ref(t)?;
         let owner = ctx.router.owner_of(&t.account, queue);
         let put = match ctx.router.here(owner) {
-            // The queue is this core's: the shard borrows the names, where
-            // a trip over the mesh needs its own copies of them.
+            // The queue is this core's: the text goes straight into the
+            // `Rc` its body cache keeps, and the shard borrows the names,
+            // where a trip over the mesh needs its own copies of them.
             Some(shard) => {
+                let text = xmlio::parse_shared_message_text(&req.body)?;
                 shard
                     .put_shared_message(&t.account, queue, text, visibility_timeout, ttl)
                     .await?
             }
+            // An `Rc` cannot cross cores: the text goes as a `String`.
             None => {
+                let text = xmlio::parse_message_text(&req.body)?;
                 let (account, queue) = (t.account.clone(), queue.to_string());
-                // An `Rc` cannot cross cores: the text goes as a `String`.
-                let text = String::from(&*text);
                 ctx.router
                     .exec(owner, move |shard, _| async move {
                         shard.put_message(&account, &queue, text, visibility_timeout, ttl).await
