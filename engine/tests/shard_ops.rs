@@ -596,7 +596,10 @@ fn delete_messages_is_one_commit_with_an_answer_per_message() {
             s.put_message(ACCT, "qu1", format!("m{i}"), None, None).await.unwrap();
         }
         let got = s.get_messages(ACCT, "qu1", Some(4), Some(30)).await.unwrap();
-        let mut items: Vec<(String, String)> = got.iter().map(|m| (m.id.to_string(), m.pop_receipt.to_string())).collect();
+        let mut items: Vec<(String, String)> = got
+            .iter()
+            .map(|m| (m.id.to_string(), m.pop_receipt.to_string()))
+            .collect();
         items[1].1 = got[0].pop_receipt.to_string(); // another message's receipt
         items.push(("not-a-uuid".into(), got[2].pop_receipt.to_string()));
         let commits = s.wal().commits();

@@ -625,7 +625,10 @@ impl<'t> Sas<'t> {
     /// before (its memo is set), and the memo set when it verifies.
     fn signature_holds(&self, keys: &[Vec<u8>], sts: &Lines<'_>) -> bool {
         if self.memo.is_some_and(SignatureMemo::verified) {
-            debug_assert!(sas_verifies_lines(keys, sts, opt(&self.sig)), "a remembered signature fails");
+            debug_assert!(
+                sas_verifies_lines(keys, sts, opt(&self.sig)),
+                "a remembered signature fails"
+            );
             return true;
         }
         let holds = sas_verifies_lines(keys, sts, opt(&self.sig));
@@ -1476,7 +1479,11 @@ mod tests {
         assert!(account_sas(&again, &acct(), later, local()).is_err());
 
         // Fields put together by hand carry no memo and are checked in full.
-        let by_hand = Sas { memo: None, sig: Some("AAAA"), ..again.clone() };
+        let by_hand = Sas {
+            memo: None,
+            sig: Some("AAAA"),
+            ..again.clone()
+        };
         assert!(account_sas(&by_hand, &acct(), now, local()).is_err());
     }
 

@@ -271,7 +271,10 @@ pub const INLINE_VALUE_BYTES: usize = 38;
 enum Value {
     Shared(Cow<'static, str>),
     /// `len` bytes of `bytes` are the text; `len` is at most the array's.
-    Inline { len: u8, bytes: [u8; INLINE_VALUE_BYTES] },
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_VALUE_BYTES],
+    },
 }
 
 impl HeaderValue {
@@ -1049,7 +1052,9 @@ mod tests {
         assert!(matches!(HeaderValue::copied(&fits).0, Value::Inline { .. }));
         assert!(matches!(HeaderValue::copied(&spills).0, Value::Shared(_)));
         let mut out = Vec::new();
-        Response::new(200).header("x-ms-version", HeaderValue::copied("2026-10-06")).encode(&mut out, false, false);
+        Response::new(200)
+            .header("x-ms-version", HeaderValue::copied("2026-10-06"))
+            .encode(&mut out, false, false);
         assert!(out.windows(24).any(|w| w == b"x-ms-version: 2026-10-06"));
     }
 

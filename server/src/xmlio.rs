@@ -755,7 +755,9 @@ mod tests {
         let plain = b"<QueueMessage><MessageText>aGVsbG8=</MessageText></QueueMessage>";
         for body in [&b[..], &plain[..], b"<QueueMessage/>"] {
             assert_eq!(
-                parse_shared_message_text(body).map(|t| t.to_string()).map_err(|e| e.message),
+                parse_shared_message_text(body)
+                    .map(|t| t.to_string())
+                    .map_err(|e| e.message),
                 parse_message_text(body).map_err(|e| e.message)
             );
         }

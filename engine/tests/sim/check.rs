@@ -1720,7 +1720,8 @@ impl Checker {
                     nonce: msg.receipt,
                     seq: msg.seq,
                 }
-                .encode().to_string();
+                .encode()
+                .to_string();
                 let m = &self.msgs[&putno];
                 let mut bad = Vec::new();
                 let name = label(putno);

@@ -32,7 +32,10 @@ impl Op for PutMessage {
     }
 
     async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError> {
-        let PutMessage { visibility_timeout, ttl } = self;
+        let PutMessage {
+            visibility_timeout,
+            ttl,
+        } = self;
         let queue = super::queue_of_ref(t)?;
         let owner = ctx.router.owner_of(&t.account, queue);
         let put = match ctx.router.here(owner) {
