@@ -448,7 +448,13 @@ impl Response {
 /// texts of [`crate::xmlio::push_rfc1123`]: it has second resolution.
 pub fn http_date(now: std::time::SystemTime) -> HeaderValue {
     let ms = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    crate::xmlio::with_rfc1123(u64::try_from(ms).unwrap_or(u64::MAX), HeaderValue::copied)
+    rfc1123_value(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+/// A header value with [`crate::xmlio::rfc1123`]'s text of `ms`, held in
+/// place rather than allocated.
+pub fn rfc1123_value(ms: u64) -> HeaderValue {
+    crate::xmlio::with_rfc1123(ms, HeaderValue::copied)
 }
 
 /// Appends `n` in decimal.

@@ -7,7 +7,7 @@ use crate::addressing::Target;
 use crate::error::ApiError;
 use crate::handler::Ctx;
 use crate::http::{Request, Response};
-use crate::xmlio::{self, rfc1123};
+use crate::xmlio;
 use engine::disk::Disk;
 
 pub struct UpdateMessage {
@@ -66,6 +66,6 @@ impl Op for UpdateMessage {
             .await?;
         Ok(Response::new(204)
             .header("x-ms-popreceipt", u.pop_receipt)
-            .header("x-ms-time-next-visible", rfc1123(u.visible_ms)))
+            .header("x-ms-time-next-visible", crate::http::rfc1123_value(u.visible_ms)))
     }
 }
