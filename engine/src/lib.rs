@@ -10,6 +10,7 @@
 //! - [`shard`]: the `Shard`, which owns one core's queues and WAL; every
 //!   queue operation lives here.
 //! - [`queue`]: one queue's message table and its visibility and expiry indexes.
+//! - [`run_map`]: the ordered map those three are kept in (sorted runs, cheap appends).
 //! - [`body_cache`]: bounded cache of recent message bodies (bodies live in the WAL).
 //! - [`wal`]: framing, records, group commit, rotation, recovery.
 //! - [`disk`]: the disk trait, with the glommio `DmaFile` backend and the simulated disk.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod limits;
 pub mod model;
 pub mod queue;
+pub mod run_map;
 pub mod shard;
 pub mod wal;
 

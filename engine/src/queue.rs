@@ -6,7 +6,8 @@
 use crate::attributes::QueueAttributes;
 use crate::limits::MAX_RESPONSE_TEXT_BYTES;
 use crate::model::{Metadata, SignedIdentifier};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::run_map::RunMap;
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// Where a message's text is in the WAL, and the size of the frame holding it
@@ -71,38 +72,41 @@ pub struct Message {
 }
 
 /// Messages ordered by when they become visible, ties by insertion order
-/// (the order Azurite serves, which clients observe). A `BTreeSet` keeps insert, remove and "first
-/// visible" at O(log n), so a queue of a million messages dequeues as fast as
-/// a queue of ten.
+/// (the order Azurite serves, which clients observe). An ordered map keeps
+/// insert, remove and "first visible" at O(log n), so a queue of a million
+/// messages dequeues as fast as a queue of ten.
 #[derive(Debug, Default, Clone)]
 pub struct VisibilityIndex {
-    set: BTreeSet<(u64, u64)>,
+    set: RunMap<(u64, u64), ()>,
 }
 
 impl VisibilityIndex {
     pub fn insert(&mut self, visible_ms: u64, seq: u64) {
-        let fresh = self.set.insert((visible_ms, seq));
-        debug_assert!(fresh, "message {seq} indexed twice");
+        let held = self.set.insert((visible_ms, seq), ());
+        debug_assert!(held.is_none(), "message {seq} indexed twice");
     }
 
     pub fn remove(&mut self, visible_ms: u64, seq: u64) {
         let found = self.set.remove(&(visible_ms, seq));
-        debug_assert!(found, "message {seq} missing from the visibility index");
+        debug_assert!(found.is_some(), "message {seq} missing from the visibility index");
     }
 
     /// Sequence numbers visible at `now`, earliest first.
     pub fn visible(&self, now_ms: u64) -> impl Iterator<Item = u64> + '_ {
-        self.set.range(..=(now_ms, u64::MAX)).map(|&(_, seq)| seq)
+        self.set.range_to((now_ms, u64::MAX)).map(|(&(_, seq), ())| seq)
     }
 
     /// The earliest visible-at time after `now_ms`.
     pub fn first_after(&self, now_ms: u64) -> Option<u64> {
-        self.set.range((now_ms.saturating_add(1), 0)..).next().map(|&(t, _)| t)
+        self.set
+            .range_from((now_ms.saturating_add(1), 0))
+            .next()
+            .map(|(&(t, _), ())| t)
     }
 
     /// The earliest entry, visible or not.
     pub fn first(&self) -> Option<(u64, u64)> {
-        self.set.first().copied()
+        self.set.first().map(|(&k, ())| k)
     }
 
     pub fn len(&self) -> usize {
@@ -119,9 +123,9 @@ impl VisibilityIndex {
 /// the shard until released (`Shard::release_cleared`).
 #[derive(Default)]
 pub struct Cleared {
-    messages: BTreeMap<u64, Message>,
-    visibility: BTreeSet<(u64, u64)>,
-    expiry: BTreeSet<(u64, u64)>,
+    messages: RunMap<u64, Message>,
+    visibility: RunMap<(u64, u64), ()>,
+    expiry: RunMap<(u64, u64), ()>,
     foreign_ids: BTreeMap<Uuid, u64>,
 }
 
@@ -170,17 +174,17 @@ pub struct Queue {
     /// LSN of the newest record that touched this queue; reads wait for it to
     /// be durable so they never show state a crash could take back.
     pub last_lsn: u64,
-    // B-trees, not hash maps: a hash map doubles its table in one step,
-    // and for a queue of a million messages that step (allocating, faulting
-    // in and rehashing tens of MiB) held the core for 50-500 ms
-    // (docs/benchmarks.md, "Where the stalls came from"). A B-tree grows a
-    // node at a time; sequence numbers only increase, so inserts append.
-    messages: BTreeMap<u64, Message>,
+    // Ordered maps, not hash maps: a hash map doubles its table in one
+    // step, and for a queue of a million messages that step (allocating,
+    // faulting in and rehashing tens of MiB) held the core for 50-500 ms
+    // (docs/benchmarks.md, "Where the stalls came from"). A `RunMap` grows
+    // a run at a time; sequence numbers only increase, so inserts append.
+    messages: RunMap<u64, Message>,
     /// Only the messages whose id does not carry their sequence number
     /// ([`message_id`]): usually none.
     foreign_ids: BTreeMap<Uuid, u64>,
     visibility: VisibilityIndex,
-    expiry: BTreeSet<(u64, u64)>,
+    expiry: RunMap<(u64, u64), ()>,
     /// No message of this queue has its body in a segment below this one.
     /// A lower bound: lowered as bodies are indexed, never raised by a
     /// removal, and raised by a compaction scan to the lowest body segment
@@ -204,11 +208,11 @@ impl Queue {
             def_seg: 0,
             def_frame_len: 0,
             last_lsn: 0,
-            messages: BTreeMap::new(),
+            messages: RunMap::default(),
             foreign_ids: BTreeMap::new(),
             visibility: VisibilityIndex::default(),
             body_seg_floor: u64::MAX,
-            expiry: BTreeSet::new(),
+            expiry: RunMap::default(),
         }
     }
 
@@ -259,7 +263,7 @@ impl Queue {
 
     /// The messages from sequence number `seq` on, in order.
     pub fn messages_from(&self, seq: u64) -> impl Iterator<Item = &Message> {
-        self.messages.range(seq..).map(|(_, m)| m)
+        self.messages.range_from(seq).map(|(_, m)| m)
     }
 
     /// The queue's floor: no message's body is in a segment below it.
@@ -307,7 +311,8 @@ impl Queue {
             assert!(self.find(&m.id).is_none(), "id index: id {} held twice", m.id);
         }
         self.visibility.insert(m.visible_ms, m.seq);
-        self.expiry.insert((m.expires_ms, m.seq));
+        let held = self.expiry.insert((m.expires_ms, m.seq), ());
+        debug_assert!(held.is_none(), "message {} in the expiry index twice", m.seq);
         if Self::is_foreign(&m) {
             self.foreign_ids.insert(m.id, m.seq);
         }
@@ -360,7 +365,7 @@ impl Queue {
     /// Removes every message that has expired by `now`, returning them.
     pub fn purge_expired(&mut self, now_ms: u64) -> Vec<Message> {
         let mut out = Vec::new();
-        while let Some(&(exp, seq)) = self.expiry.first() {
+        while let Some((&(exp, seq), ())) = self.expiry.first() {
             if exp > now_ms {
                 break;
             }
@@ -421,6 +426,9 @@ impl Queue {
 
     /// Invariant check used by tests and after recovery.
     pub fn check_invariants(&self) {
+        self.messages.check();
+        self.visibility.set.check();
+        self.expiry.check();
         assert_eq!(self.messages.len(), self.visibility.len(), "visibility index size");
         assert_eq!(self.messages.len(), self.expiry.len(), "expiry index size");
         let mut foreign = 0;
@@ -430,7 +438,7 @@ impl Queue {
                 assert_eq!(self.foreign_ids.get(&m.id), Some(&m.seq), "foreign id indexed");
             }
             assert_eq!(self.find(&m.id).map(|f| f.seq), Some(m.seq), "found by id");
-            assert!(self.expiry.contains(&(m.expires_ms, m.seq)));
+            assert!(self.expiry.contains_key(&(m.expires_ms, m.seq)));
         }
         assert_eq!(self.foreign_ids.len(), foreign, "id index size");
     }
