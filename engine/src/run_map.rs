@@ -63,19 +63,35 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
         self.len == 0
     }
 
-    /// The floor of the run that holds `k` if any run does.
-    fn run_floor(&self, k: &K) -> Option<K> {
-        self.runs.range(..=*k).next_back().map(|(f, _)| *f)
+    /// The run that holds `k` if any run does. The last run is looked at
+    /// first: a short queue has one run, and the messages looked up most
+    /// (just put, just received) are in the newest.
+    fn run_of(&self, k: &K) -> Option<&Run<K, V>> {
+        match self.runs.last_key_value() {
+            Some((last, run)) if last <= k => Some(run),
+            _ => self.runs.range(..=*k).next_back().map(|(_, run)| run),
+        }
+    }
+
+    /// [`RunMap::run_of`], mutable, with the run's floor. Of `runs`, not
+    /// `self`, so the caller may count entries while it holds the run.
+    fn run_of_mut<'a>(runs: &'a mut BTreeMap<K, Run<K, V>>, k: &K) -> Option<(K, &'a mut Run<K, V>)> {
+        if runs.last_key_value().is_some_and(|(last, _)| last <= k) {
+            let last = runs.last_entry()?;
+            let floor = *last.key();
+            return Some((floor, last.into_mut()));
+        }
+        runs.range_mut(..=*k).next_back().map(|(f, run)| (*f, run))
     }
 
     pub fn get(&self, k: &K) -> Option<&V> {
-        let (_, run) = self.runs.range(..=*k).next_back()?;
+        let run = self.run_of(k)?;
         let at = run.binary_search_by(|(x, _)| x.cmp(k)).ok()?;
         run.get(at).map(|(_, v)| v)
     }
 
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        let (_, run) = self.runs.range_mut(..=*k).next_back()?;
+        let (_, run) = Self::run_of_mut(&mut self.runs, k)?;
         let at = run.binary_search_by(|(x, _)| x.cmp(k)).ok()?;
         run.get_mut(at).map(|(_, v)| v)
     }
@@ -99,10 +115,9 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
                 return None;
             }
         }
-        let Some(floor) = self.run_floor(&k) else {
+        let Some((_, run)) = Self::run_of_mut(&mut self.runs, &k) else {
             return self.insert_below_all(k, v);
         };
-        let run = self.runs.get_mut(&floor).expect("the floor names a run");
         match run.binary_search_by(|(x, _)| x.cmp(&k)) {
             Ok(at) => {
                 let slot = run.get_mut(at).expect("found by the search");
@@ -141,8 +156,7 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        let floor = self.run_floor(k)?;
-        let run = self.runs.get_mut(&floor).expect("the floor names a run");
+        let (floor, run) = Self::run_of_mut(&mut self.runs, k)?;
         let at = run.binary_search_by(|(x, _)| x.cmp(k)).ok()?;
         let (_, v) = run.remove(at).expect("found by the search");
         self.len -= 1;
@@ -176,7 +190,7 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
                 self.runs.remove(&floor);
                 return;
             }
-            if len >= RUN / 2 {
+            if len >= RUN / 2 || self.runs.len() == 1 {
                 return;
             }
             let next = self.runs.range(floor..).nth(1).map(|(f, r)| (*f, r.len()));
@@ -201,7 +215,7 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
     /// Entries from the first key at least `from`, in order.
     pub fn range_from(&self, from: K) -> impl Iterator<Item = (&K, &V)> + '_ {
         // The run that may hold `from`, or the first run if all are above.
-        let start = self.run_floor(&from);
+        let start = self.runs.range(..=from).next_back().map(|(f, _)| *f);
         let runs = match start {
             Some(f) => self.runs.range(f..),
             None => self.runs.range(..),
