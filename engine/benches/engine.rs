@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the engine's hot pieces: record encode/decode, the
-//! visibility index, and group commit on the simulated disk.
+//! visibility index, the indexes' put-and-delete flow against a `BTreeSet`, and
+//! group commit on the simulated disk.
 //! Run: `cargo bench -p hematite-engine`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -87,6 +88,39 @@ fn visibility(c: &mut Criterion) {
     g.finish();
 }
 
+/// A queue's steady flow, one put and one delete, on an index of `size`
+/// entries: an insert above every key and a removal of the smallest, in
+/// the `RunMap` the queue keeps its indexes in and in the `BTreeSet` it
+/// replaced, side by side (docs/benchmarks.md, "Indexes in runs").
+fn index_flow(c: &mut Criterion) {
+    let mut g = c.benchmark_group("index_flow");
+    for size in [10u64, 10_000, 1_000_000] {
+        let mut runs = engine::run_map::RunMap::default();
+        let mut tree = std::collections::BTreeSet::new();
+        for i in 0..size {
+            runs.insert((i, i), ());
+            tree.insert((i, i));
+        }
+        let mut next = size;
+        g.bench_function(format!("run_map_{size}"), |b| {
+            b.iter(|| {
+                next += 1;
+                runs.insert((next, next), ());
+                runs.pop_first()
+            })
+        });
+        let mut next = size;
+        g.bench_function(format!("btree_set_{size}"), |b| {
+            b.iter(|| {
+                next += 1;
+                tree.insert((next, next));
+                tree.pop_first()
+            })
+        });
+    }
+    g.finish();
+}
+
 fn group_commit(c: &mut Criterion) {
     let mut g = c.benchmark_group("group_commit_sim");
     for writers in [1usize, 64] {
@@ -114,5 +148,5 @@ fn group_commit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, records, visibility, group_commit);
+criterion_group!(benches, records, visibility, index_flow, group_commit);
 criterion_main!(benches);

@@ -63,12 +63,20 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
         self.len == 0
     }
 
-    /// The run that holds `k` if any run does. The last run is looked at
-    /// first: a short queue has one run, and the messages looked up most
-    /// (just put, just received) are in the newest.
+    /// The run that holds `k` if any run does. The last and the first run
+    /// are looked at before a search (each is reached without comparisons):
+    /// a short queue has one run, the messages looked up most are the
+    /// newest (just put, just received) and the oldest (deleted in order),
+    /// and a search of the floors for a predecessor (`range(..=k)`) costs
+    /// about twice a plain lookup.
     fn run_of(&self, k: &K) -> Option<&Run<K, V>> {
         match self.runs.last_key_value() {
-            Some((last, run)) if last <= k => Some(run),
+            Some((last, run)) if last <= k => return Some(run),
+            None => return None,
+            Some(_) => {}
+        }
+        match self.runs.first_key_value() {
+            Some((floor, run)) if floor <= k && run.back().is_some_and(|(b, _)| k <= b) => Some(run),
             _ => self.runs.range(..=*k).next_back().map(|(_, run)| run),
         }
     }
@@ -80,6 +88,16 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
             let last = runs.last_entry()?;
             let floor = *last.key();
             return Some((floor, last.into_mut()));
+        }
+        // The first run holds `k` if `k` is at most its last key (and at
+        // least its floor: a `k` below every floor is in no run).
+        let in_first = runs
+            .first_key_value()
+            .is_some_and(|(floor, run)| floor <= k && run.back().is_some_and(|(b, _)| k <= b));
+        if in_first {
+            let first = runs.first_entry()?;
+            let floor = *first.key();
+            return Some((floor, first.into_mut()));
         }
         runs.range_mut(..=*k).next_back().map(|(f, run)| (*f, run))
     }
@@ -164,8 +182,11 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
         let (floor, run) = Self::run_of_mut(&mut self.runs, k)?;
         let at = run.binary_search_by(|(x, _)| x.cmp(k)).ok()?;
         let (_, v) = run.remove(at).expect("found by the search");
+        let left = run.len();
         self.len -= 1;
-        self.after_removal(floor);
+        if left < RUN / 2 {
+            self.after_removal(floor);
+        }
         Some(v)
     }
 
@@ -179,15 +200,20 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
         let mut first = self.runs.first_entry()?;
         let floor = *first.key();
         let out = first.get_mut().pop_front().expect("runs are never empty");
+        let left = first.get().len();
         self.len -= 1;
-        self.after_removal(floor);
+        if left < RUN / 2 {
+            self.after_removal(floor);
+        }
         Some(out)
     }
 
-    /// Keeps the invariants after the run at `floor` lost an entry: an
-    /// empty run goes, and one under half full is merged with a neighbour
-    /// the two fit in, repeatedly, since a merged run may still be under
-    /// half full beside another.
+    /// Keeps the invariants after the run at `floor` lost an entry and is
+    /// under half full (the callers look first: a run at least half full
+    /// needs nothing, and this costs a lookup): an empty run goes, and one
+    /// under half full is merged with a neighbour the two fit in,
+    /// repeatedly, since a merged run may still be under half full beside
+    /// another.
     fn after_removal(&mut self, mut floor: K) {
         loop {
             let len = self.runs.get(&floor).map_or(0, VecDeque::len);
