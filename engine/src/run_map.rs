@@ -64,7 +64,8 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
     }
 
     /// The run that holds `k` if any run does. The last and the first run
-    /// are looked at before a search (each is reached without comparisons):
+    /// are looked at before a search (each is reached down the outer map's
+    /// edge, without a search, and checked with a comparison or two):
     /// a short queue has one run, the messages looked up most are the
     /// newest (just put, just received) and the oldest (deleted in order),
     /// and a search of the floors for a predecessor (`range(..=k)`) costs
