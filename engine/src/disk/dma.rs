@@ -262,6 +262,31 @@ pub struct DmaDiskFile {
 }
 
 impl DmaDiskFile {
+    /// The device's write alignment as a length (a commit's error if it
+    /// does not fit one, which a 64-bit build never sees).
+    fn align(&self) -> Result<usize, CommitIoError> {
+        usize::try_from(self.alignment).map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))
+    }
+
+    /// One `pwrite` + `fdatasync` of `buf` as a single job on the blocking
+    /// pool, which hands the buffer back. If this future is dropped first,
+    /// glommio keeps the job's result without dropping it, so the buffer
+    /// leaks; a commit dropped half-way poisons the log (wal/mod.rs), so
+    /// that happens at most once per shard.
+    async fn commit_on_pool<B: AsRef<[u8]> + Send + 'static>(
+        &self,
+        buf: B,
+        pos: u64,
+    ) -> (B, Result<WriteSync, CommitIoError>) {
+        let fd = self.pool_fd.clone();
+        glommio::executor()
+            .spawn_blocking(move || {
+                let done = pwrite_then_fdatasync(&fd, buf.as_ref(), pos);
+                (buf, done)
+            })
+            .await
+    }
+
     /// The shared buffer of zeros, when a write of `len` zeros can use it.
     fn shared_zeros(&self, len: usize) -> Option<Rc<glommio::io::DmaBuffer>> {
         if len != crate::limits::ZERO_STEP_BYTES as usize {
@@ -322,20 +347,8 @@ impl DiskFile for DmaDiskFile {
         if self.sync_path != SyncPath::BlockingPool {
             return super::write_then_sync(self, data, pos).await;
         }
-        let align = usize::try_from(self.alignment)
-            .map_err(|_| CommitIoError::Write(io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let buf = AlignedBuf::refill(self.spare.take(), data, align).map_err(CommitIoError::Write)?;
-        let fd = self.pool_fd.clone();
-        // The job hands the buffer back. If this future is dropped first,
-        // glommio keeps the job's result without dropping it, so the buffer
-        // leaks; a commit dropped half-way poisons the log (wal/mod.rs), so
-        // that happens at most once per shard.
-        let (buf, done) = glommio::executor()
-            .spawn_blocking(move || {
-                let done = pwrite_then_fdatasync(&fd, buf.as_slice(), pos);
-                (buf, done)
-            })
-            .await;
+        let buf = AlignedBuf::refill(self.spare.take(), data, self.align()?).map_err(CommitIoError::Write)?;
+        let (buf, done) = self.commit_on_pool(buf, pos).await;
         self.spare.set(Some(buf));
         done
     }
@@ -344,21 +357,18 @@ impl DiskFile for DmaDiskFile {
         // The log's batch buffers come from the allocator's page-aligned
         // large blocks in practice (mimalloc's, for blocks this size), and
         // the log pads each commit to the alignment: checked, not assumed.
-        let aligned = |n: usize| n.is_multiple_of(self.alignment.max(1) as usize);
-        if self.sync_path != SyncPath::BlockingPool || !aligned(data.as_ptr() as usize) || !aligned(data.len()) {
+        let in_place = match self.align() {
+            Ok(align) => {
+                let aligned = |n: usize| n.is_multiple_of(align.max(1));
+                self.sync_path == SyncPath::BlockingPool && aligned(data.as_ptr() as usize) && aligned(data.len())
+            }
+            Err(_) => false,
+        };
+        if !in_place {
             let done = self.write_and_sync(&data, pos).await;
             return (data, done);
         }
-        let fd = self.pool_fd.clone();
-        // As in `write_and_sync`: the job hands the buffer back, and if
-        // this future is dropped first the buffer leaks (at most once per
-        // shard, as such a commit poisons the log).
-        glommio::executor()
-            .spawn_blocking(move || {
-                let done = pwrite_then_fdatasync(&fd, &data, pos);
-                (data, done)
-            })
-            .await
+        self.commit_on_pool(data, pos).await
     }
 
     async fn size(&self) -> io::Result<u64> {
@@ -497,6 +507,12 @@ impl AlignedBuf {
         // SAFETY: `ptr` holds `len` initialized bytes (copied in `fill`)
         // for as long as `self` lives.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
     }
 }
 
