@@ -347,7 +347,8 @@ impl DiskFile for DmaDiskFile {
         if self.sync_path != SyncPath::BlockingPool {
             return super::write_then_sync(self, data, pos).await;
         }
-        let buf = AlignedBuf::refill(self.spare.take(), data, self.align()?).map_err(CommitIoError::Write)?;
+        let align = self.align()?;
+        let buf = AlignedBuf::refill(self.spare.take(), data, align).map_err(CommitIoError::Write)?;
         let (buf, done) = self.commit_on_pool(buf, pos).await;
         self.spare.set(Some(buf));
         done
