@@ -76,10 +76,17 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
             None => return None,
             Some(_) => {}
         }
-        match self.runs.first_key_value() {
-            Some((floor, run)) if floor <= k && run.back().is_some_and(|(b, _)| k <= b) => Some(run),
-            _ => self.runs.range(..=*k).next_back().map(|(_, run)| run),
+        if Self::first_holds(&self.runs, k) {
+            return self.runs.first_key_value().map(|(_, run)| run);
         }
+        self.runs.range(..=*k).next_back().map(|(_, run)| run)
+    }
+
+    /// Whether the first run holds `k`: `k` is at most its last key, and at
+    /// least its floor (a `k` below every floor is in no run).
+    fn first_holds(runs: &BTreeMap<K, Run<K, V>>, k: &K) -> bool {
+        runs.first_key_value()
+            .is_some_and(|(floor, run)| floor <= k && run.back().is_some_and(|(b, _)| k <= b))
     }
 
     /// [`RunMap::run_of`], mutable, with the run's floor. Of `runs`, not
@@ -90,12 +97,7 @@ impl<K: Ord + Copy, V> RunMap<K, V> {
             let floor = *last.key();
             return Some((floor, last.into_mut()));
         }
-        // The first run holds `k` if `k` is at most its last key (and at
-        // least its floor: a `k` below every floor is in no run).
-        let in_first = runs
-            .first_key_value()
-            .is_some_and(|(floor, run)| floor <= k && run.back().is_some_and(|(b, _)| k <= b));
-        if in_first {
+        if Self::first_holds(runs, k) {
             let first = runs.first_entry()?;
             let floor = *first.key();
             return Some((floor, first.into_mut()));

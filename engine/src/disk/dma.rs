@@ -358,13 +358,11 @@ impl DiskFile for DmaDiskFile {
         // The log's batch buffers come from the allocator's page-aligned
         // large blocks in practice (mimalloc's, for blocks this size), and
         // the log pads each commit to the alignment: checked, not assumed.
-        let in_place = match self.align() {
-            Ok(align) => {
+        let in_place = self.sync_path == SyncPath::BlockingPool
+            && self.align().is_ok_and(|align| {
                 let aligned = |n: usize| n.is_multiple_of(align.max(1));
-                self.sync_path == SyncPath::BlockingPool && aligned(data.as_ptr() as usize) && aligned(data.len())
-            }
-            Err(_) => false,
-        };
+                aligned(data.as_ptr() as usize) && aligned(data.len())
+            });
         if !in_place {
             let done = self.write_and_sync(&data, pos).await;
             return (data, done);
