@@ -120,6 +120,13 @@ pub struct Config {
     #[arg(long, env = "HEMATITE_IO_MEMORY_KIB", default_value_t = DEFAULT_IO_MEMORY_KIB)]
     pub io_memory_kib: usize,
 
+    /// Log each group commit taking at least this many milliseconds, with
+    /// its write and fdatasync times (a stall of the disk holds every
+    /// request waiting for that commit; docs/OPERATIONS.md).
+    #[arg(long, env = "HEMATITE_SLOW_COMMIT_MS", default_value_t = engine::limits::SLOW_COMMIT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub slow_commit_ms: u64,
+
     /// Open connections per core; more are answered 503 ServerBusy and closed.
     #[arg(long, env = "HEMATITE_MAX_CONNECTIONS_PER_CORE", default_value_t = crate::limits::MAX_CONNECTIONS_PER_CORE)]
     pub max_connections_per_core: usize,

@@ -535,6 +535,7 @@ fn shard_config(i: usize, cfg: &Config) -> ShardConfig {
     scfg.max_message_bytes = cfg.max_message_bytes();
     scfg.stale_receipt_is_mismatch = cfg.azurite_receipt_errors;
     scfg.dead_letter_lease_ms = cfg.dead_letter_lease_secs.saturating_mul(1000);
+    scfg.slow_commit_ms = cfg.slow_commit_ms;
     // In memory the zeros would only be memory: nothing to convert there.
     scfg.zero_ahead = !cfg.in_memory && cfg.preallocate == PreallocFlag::ZeroAhead;
     if cfg.quarantine_corrupt_segments {

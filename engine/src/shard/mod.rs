@@ -74,6 +74,9 @@ pub struct ShardConfig {
     /// (`REWRITE_SCAN_SLICE`; the simulator makes it small, so requests
     /// run in the middle of scans). At least 1.
     pub rewrite_scan_slice: usize,
+    /// Group commits taking at least this many milliseconds are logged
+    /// (`WalConfig::slow_commit`; `SLOW_COMMIT_MS` by default).
+    pub slow_commit_ms: u64,
 }
 
 impl ShardConfig {
@@ -90,6 +93,7 @@ impl ShardConfig {
             max_message_bytes: MAX_MESSAGE_BYTES,
             zero_ahead: false,
             rewrite_scan_slice: REWRITE_SCAN_SLICE,
+            slow_commit_ms: SLOW_COMMIT_MS,
         }
     }
 
@@ -458,6 +462,7 @@ impl<D: Disk> Shard<D> {
             recovery: cfg.recovery,
             max_append_body: max_append_body(cfg.max_message_bytes),
             zero_ahead: cfg.zero_ahead,
+            slow_commit: std::time::Duration::from_millis(cfg.slow_commit_ms),
         };
         let (mut wal, report) =
             Wal::open(disk, wal_cfg, clock.now_ms(), &mut |rec, pos| state.replay(rec, pos)).await?;

@@ -34,7 +34,7 @@ use record::Record;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use wakeups::Wakeups;
 
 pub use recovery::{RecoveryMode, RecoveryReport};
@@ -136,6 +136,9 @@ pub struct WalConfig {
     /// Off where blocks cost nothing to convert (memory, the simulator's
     /// default), since the zeros would only be memory.
     pub zero_ahead: bool,
+    /// A group commit taking at least this long is logged with its split
+    /// (`SLOW_COMMIT_MS` by default).
+    pub slow_commit: Duration,
 }
 
 impl WalConfig {
@@ -146,6 +149,7 @@ impl WalConfig {
             recovery: RecoveryMode::Strict,
             max_append_body: MAX_APPEND_BODY,
             zero_ahead: false,
+            slow_commit: Duration::from_millis(SLOW_COMMIT_MS),
         }
     }
 }
@@ -876,7 +880,7 @@ impl<D: Disk> Wal<D> {
         st.stats.total.record(took);
         // A failed commit poisons the log and says so itself; its split
         // was never recorded, so only successful commits are reported here.
-        if took >= SLOW_COMMIT && result.is_ok() {
+        if took >= self.cfg.slow_commit && result.is_ok() {
             let (write, sync, records, sealed) = st.stats.last;
             tracing::warn!(
                 shard = self.cfg.shard_id,
