@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 0.0)]
     work_us: f64,
     /// Log every group commit that took at least this long, to stderr, as
-    /// Hematite logs its own (its `SLOW_COMMIT`, 50 ms): so a stall of the
+    /// Hematite logs its own (its `--slow-commit-ms`, 50 ms by default): so a stall of the
     /// device in an open-loop run can be told from a stall of Hematite's.
     #[arg(long, default_value_t = 50)]
     slow_commit_ms: u64,
