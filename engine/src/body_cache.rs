@@ -189,6 +189,14 @@ impl BodyCache {
         if let Some((_, Some(next))) = self.appended.front() {
             prefetch_header(next);
         }
+        // The slots a few evictions from now: the deque's front was written
+        // as long ago as the bodies it holds, so reading the next slot (above,
+        // and in `pop_empty_front`) missed the cache the way the body's
+        // counts did. One eviction per put moves the front one slot, two per
+        // cache line; this keeps the line `SLOT_LOOKAHEAD` slots on loading.
+        if let Some(ahead) = self.appended.get(SLOT_LOOKAHEAD) {
+            prefetch(std::ptr::from_ref(ahead).cast());
+        }
     }
 
     fn pop_empty_front(&mut self) {
@@ -265,18 +273,30 @@ impl BodyCache {
 fn prefetch_header(body: &Rc<[u8]>) {
     // The counts sit just before the bytes `as_ptr` points at, in the same
     // allocation. Only an address is computed; nothing is dereferenced.
-    let counts = Rc::as_ptr(body)
-        .cast::<i8>()
-        .wrapping_sub(2 * std::mem::size_of::<usize>());
+    prefetch(
+        Rc::as_ptr(body)
+            .cast::<i8>()
+            .wrapping_sub(2 * std::mem::size_of::<usize>()),
+    );
+}
+
+/// How many slots ahead of the deque's front `pop_appended` prefetches:
+/// far enough that the line is in cache when the front reaches it (a put's
+/// other work runs between evictions), near enough that it is still there.
+const SLOT_LOOKAHEAD: usize = 8;
+
+/// Starts loading the cache line at `at` into the cache.
+#[inline]
+fn prefetch(at: *const i8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has (it is
     // part of the architecture's baseline). It is a hint besides: it reads
     // nothing the program can see and cannot fault, whatever the address.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(counts);
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at);
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = counts;
+    let _ = at;
 }
 
 #[cfg(test)]

@@ -406,6 +406,26 @@ fn plain_message_text(body: &str) -> Option<&str> {
 /// a text with a `]` or a 0xEF byte (the lead byte of U+FFFE and U+FFFF,
 /// and of the rest of U+F000..U+FFFF) is looked at again, closely.
 fn plain_text_bytes(text: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { plain_text_bytes_avx2(text) };
+    }
+    plain_text_bytes_in(text)
+}
+
+/// [`plain_text_bytes_in`] compiled for AVX2: 32 bytes a compare where the
+/// baseline build has 16 (the scan is over every byte of every put's text).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn plain_text_bytes_avx2(text: &str) -> bool {
+    plain_text_bytes_in(text)
+}
+
+/// The scan itself, inlined into each caller so that it is compiled with the
+/// caller's target features.
+#[inline(always)]
+fn plain_text_bytes_in(text: &str) -> bool {
     // Keep in step with `check_xml_chars`: its refusals must all be here.
     const CHUNK: usize = 256;
     const BAD: u8 = 1;
@@ -675,6 +695,31 @@ mod tests {
             }
         }
         assert_eq!(formats(), before, "both seconds stay remembered");
+    }
+
+    /// The scan this CPU runs (AVX2 where it has it) and the baseline one
+    /// give the same answer for each refused byte at each place of a text
+    /// longer than a chunk, and for the flagged ones that pass.
+    #[test]
+    fn the_scan_gives_one_answer_on_every_cpu_path() {
+        let specials = [
+            "<", "&", "\u{1}", "\r", "\u{1F}", "]", "]]>", "\u{FFFE}", "\u{FFFF}", "\u{EFFF}", "\t", "\n", "\u{7F}",
+        ];
+        for len in [0, 1, 31, 32, 33, 255, 256, 257, 600] {
+            let base = "a".repeat(len);
+            assert_eq!(plain_text_bytes(&base), plain_text_bytes_in(&base));
+            assert!(plain_text_bytes(&base));
+            for special in specials {
+                for at in (0..=len).step_by(7).chain([len]) {
+                    let t = format!("{}{special}{}", &base[..at], &base[at..]);
+                    assert_eq!(
+                        plain_text_bytes(&t),
+                        plain_text_bytes_in(&t),
+                        "{special:?} at {at} of {len}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -625,10 +625,14 @@ impl<D: Disk> Shard<D> {
         &self,
         f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>,
     ) -> Result<T, QueueError> {
-        self.wal.reserve(self.now()).await?;
+        let mut now = self.now();
+        if !self.wal.reserved()? {
+            self.wal.reserve(now).await?;
+            // The reservation waited (for a new segment): time moved on.
+            now = self.now();
+        }
         let result = {
             let mut st = self.st.borrow_mut();
-            let now = self.now();
             let clock_lsn = self.cover_time(&mut st, now)?;
             let r = f(&mut st, &self.wal, now);
             if cfg!(debug_assertions) {

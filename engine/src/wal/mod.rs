@@ -478,16 +478,10 @@ impl<D: Disk> Wal<D> {
     /// rotation could be needed.
     pub async fn reserve(&self, now_ms: u64) -> Result<(), StorageError> {
         loop {
-            let wait = {
-                let st = self.st.borrow();
-                if let Some(why) = &st.poisoned {
-                    return Err(StorageError::Poisoned(why.clone()));
-                }
-                if !self.rotation_due(&st) || st.prepared.is_some() {
-                    return Ok(());
-                }
-                st.preparing.then(|| self.changed.listen())
-            };
+            if self.reserved()? {
+                return Ok(());
+            }
+            let wait = self.st.borrow().preparing.then(|| self.changed.listen());
             match wait {
                 Some(listener) => listener.await,
                 // Boxed, as the commit is in `wait_durable`: a rare step
@@ -495,6 +489,18 @@ impl<D: Disk> Wal<D> {
                 None => Box::pin(self.prepare(now_ms)).await?,
             }
         }
+    }
+
+    /// Whether [`Wal::reserve`] would return at once: the log is not
+    /// poisoned (an error if it is) and the next append needs no new
+    /// segment, or has one ready. A caller that sees `true` skips the
+    /// reservation's await, and with it a second reading of the clock.
+    pub fn reserved(&self) -> Result<bool, StorageError> {
+        let st = self.st.borrow();
+        if let Some(why) = &st.poisoned {
+            return Err(StorageError::Poisoned(why.clone()));
+        }
+        Ok(!self.rotation_due(&st) || st.prepared.is_some())
     }
 
     /// Creates the next segment durably: file (a spare one if there is one),
