@@ -189,11 +189,12 @@ impl BodyCache {
         if let Some((_, Some(next))) = self.appended.front() {
             prefetch_header(next);
         }
-        // The slots a few evictions from now: the deque's front was written
-        // as long ago as the bodies it holds, so reading the next slot (above,
-        // and in `pop_empty_front`) missed the cache the way the body's
-        // counts did. One eviction per put moves the front one slot, two per
-        // cache line; this keeps the line `SLOT_LOOKAHEAD` slots on loading.
+        // The slot `SLOT_LOOKAHEAD` places behind the front (that many
+        // evictions from now when no slot is empty): the deque's front was
+        // written as long ago as the bodies it holds, so reading the next
+        // slot (above, and in `pop_empty_front`) missed the cache the way the
+        // body's counts did. Under a put load one eviction per put moves the
+        // front one 32-byte slot, two to a cache line.
         if let Some(ahead) = self.appended.get(SLOT_LOOKAHEAD) {
             prefetch(std::ptr::from_ref(ahead).cast());
         }
@@ -280,8 +281,8 @@ fn prefetch_header(body: &Rc<[u8]>) {
     );
 }
 
-/// How many slots ahead of the deque's front `pop_appended` prefetches:
-/// far enough that the line is in cache when the front reaches it (a put's
+/// How many slots behind the deque's front `pop_appended` prefetches: far
+/// enough that the line is in cache when the front reaches it (a put's
 /// other work runs between evictions), near enough that it is still there.
 const SLOT_LOOKAHEAD: usize = 8;
 

@@ -568,7 +568,8 @@ impl<D: Disk> Shard<D> {
     /// Makes sure the log records a time at or above `now` before an answer
     /// computed at `now` is given: appends a CLOCK record `CLOCK_LEASE_MS`
     /// ahead when `now` has passed the floor. Returns the LSN to wait for.
-    /// Call after [`Wal::reserve`], with no await in between.
+    /// Call after [`Wal::reserve`] (or [`Wal::ready_to_append`] answering
+    /// `true`), with no await in between.
     fn cover_time(&self, st: &mut State, now: u64) -> Result<u64, StorageError> {
         if now <= st.clock_floor {
             return Ok(st.clock_lsn);
@@ -626,7 +627,7 @@ impl<D: Disk> Shard<D> {
         f: impl FnOnce(&mut State, &Wal<D>, u64) -> Result<(T, u64), QueueError>,
     ) -> Result<T, QueueError> {
         let mut now = self.now();
-        if !self.wal.reserved()? {
+        if !self.wal.ready_to_append()? {
             self.wal.reserve(now).await?;
             // The reservation waited (for a new segment): time moved on.
             now = self.now();

@@ -8,7 +8,8 @@
 //! Write protocol (docs/STORAGE_FORMAT.md, "Commit protocol"):
 //! 1. [`Wal::reserve`] makes sure the next segment exists *before* a mutation
 //!    is applied, so running out of space refuses a request instead of
-//!    poisoning the shard.
+//!    poisoning the shard ([`Wal::ready_to_append`] answers `true` when it
+//!    would have nothing to do).
 //! 2. [`Wal::append`] frames the record into the open batch and returns its
 //!    final position; the caller applies the mutation to memory right away,
 //!    so memory and log order agree.
@@ -478,7 +479,7 @@ impl<D: Disk> Wal<D> {
     /// rotation could be needed.
     pub async fn reserve(&self, now_ms: u64) -> Result<(), StorageError> {
         loop {
-            if self.reserved()? {
+            if self.ready_to_append()? {
                 return Ok(());
             }
             let wait = self.st.borrow().preparing.then(|| self.changed.listen());
@@ -494,8 +495,9 @@ impl<D: Disk> Wal<D> {
     /// Whether [`Wal::reserve`] would return at once: the log is not
     /// poisoned (an error if it is) and the next append needs no new
     /// segment, or has one ready. A caller that sees `true` skips the
-    /// reservation's await, and with it a second reading of the clock.
-    pub fn reserved(&self) -> Result<bool, StorageError> {
+    /// reservation's await, and with it a second reading of the clock; it
+    /// must then append with no await in between, as after `reserve`.
+    pub fn ready_to_append(&self) -> Result<bool, StorageError> {
         let st = self.st.borrow();
         if let Some(why) = &st.poisoned {
             return Err(StorageError::Poisoned(why.clone()));
@@ -699,7 +701,8 @@ impl<D: Disk> Wal<D> {
     }
 
     /// Frames `rec` into the open batch and returns where it will be on disk.
-    /// Call [`Wal::reserve`] first, with no await in between. A record that
+    /// Call [`Wal::reserve`] first (or see [`Wal::ready_to_append`] answer
+    /// `true`), with no await in between. A record that
     /// cannot be encoded is refused here and nothing is appended.
     pub fn append(&self, rec: &Record) -> Result<RecordPos, StorageError> {
         let mut st = self.st.borrow_mut();
