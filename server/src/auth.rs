@@ -12,7 +12,7 @@
     clippy::string_slice
 )]
 
-use crate::addressing::{SignatureMemo, Target};
+use crate::addressing::{AccountSasGrant, SignatureMemo, Target};
 use crate::error::ApiError;
 use crate::http::Request;
 use crate::ops::{Needs, SasRule};
@@ -695,7 +695,12 @@ fn sas_time(text: &str) -> Option<OffsetDateTime> {
     })
 }
 
-fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiError> {
+/// The SAS's window, `st` (if sent) and `se`, once `now` is inside it.
+fn check_window(
+    st: Option<&str>,
+    se: &str,
+    now: SystemTime,
+) -> Result<(Option<OffsetDateTime>, OffsetDateTime), ApiError> {
     let now = OffsetDateTime::from(now);
     let bad = |what: &str| ApiError::auth_failed(format!("{what} is not a valid ISO 8601 time."));
     let expiry = sas_time(se).ok_or_else(|| bad("se"))?;
@@ -715,11 +720,28 @@ fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(), ApiEr
             crate::xmlio::iso8601_7(now)
         )));
     }
-    Ok(())
+    Ok((start, expiry))
+}
+
+/// The `started` and `now >= expiry` tests of [`check_window`] on a
+/// remembered window: the same instants, as nanoseconds since the epoch.
+/// `false` sends the request through the whole check (which words the
+/// refusal); a clock before 1970 does too.
+fn grant_admits(grant: &AccountSasGrant, now: SystemTime) -> bool {
+    let Some(now_ns) = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i128::try_from(d.as_nanos()).ok())
+    else {
+        return false;
+    };
+    let skew_ns: i128 = 300_000_000_000;
+    let started = grant.start_ns.is_none_or(|s| s <= now_ns.saturating_add(skew_ns));
+    started && now_ns < grant.expiry_ns
 }
 
 /// Who sent a request, as a SAS's `sip` and `spr` judge it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
     pub ip: IpAddr,
     /// The request came over TLS (the server runs with `--cert`).
@@ -777,6 +799,30 @@ pub fn account_sas<'t>(
     now: SystemTime,
     caller: Caller,
 ) -> Result<Principal<'t>, ApiError> {
+    // Checked in full once for this target and caller: only the clock is
+    // left to compare (see `SignatureMemo`).
+    if let (Some(grant), Some(sp)) = (sas.memo.and_then(SignatureMemo::account_grant), sas.sp) {
+        if grant.caller == caller && grant_admits(&grant, now) {
+            debug_assert!(
+                account_sas_in_full(sas, account, now, caller).is_ok(),
+                "a remembered account SAS grant is refused in full"
+            );
+            return Ok(Principal::AccountSas {
+                services: opt(&sas.ss),
+                resource_types: opt(&sas.srt),
+                permissions: sp,
+            });
+        }
+    }
+    account_sas_in_full(sas, account, now, caller)
+}
+
+fn account_sas_in_full<'t>(
+    sas: &Sas<'t>,
+    account: &Account,
+    now: SystemTime,
+    caller: Caller,
+) -> Result<Principal<'t>, ApiError> {
     let sv = sas
         .sv
         .ok_or_else(|| ApiError::auth_failed("sv is mandatory. Cannot be empty"))?;
@@ -814,8 +860,17 @@ pub fn account_sas<'t>(
             sts.build()
         )));
     }
-    check_window(sas.st, se, now)?;
+    let (start, expiry) = check_window(sas.st, se, now)?;
     common_sas_checks(sas, caller)?;
+    // `signature_holds` set the memo's `verified`, so the grant stands on
+    // a verified signature.
+    if let Some(memo) = sas.memo.filter(|m| m.verified()) {
+        memo.set_account_grant(AccountSasGrant {
+            caller,
+            start_ns: start.map(OffsetDateTime::unix_timestamp_nanos),
+            expiry_ns: expiry.unix_timestamp_nanos(),
+        });
+    }
     Ok(Principal::AccountSas {
         services: opt(&sas.ss),
         resource_types: opt(&sas.srt),
@@ -1485,6 +1540,79 @@ mod tests {
             ..again.clone()
         };
         assert!(account_sas(&by_hand, &acct(), now, local()).is_err());
+    }
+
+    /// A target whose account SAS passed every check once answers later
+    /// requests from the clock alone, for the caller it was checked for:
+    /// the same answer as the whole check, at every instant around the
+    /// window's edges, and for any other caller the whole check.
+    #[test]
+    fn a_remembered_account_sas_grant_answers_as_the_whole_check() {
+        use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+        use std::time::{Duration, UNIX_EPOCH};
+        let (st, se) = ("2030-01-01T00:00:00Z", "2030-01-02T00:00:00Z");
+        let (st_s, se_s) = (1_893_456_000u64, 1_893_542_400u64);
+        let sts = format!("devstoreaccount1\nrap\nq\no\n{st}\n{se}\n127.0.0.1\nhttps,http\n2026-10-06\n\n");
+        let sig = signature(&acct().keys[0], &sts);
+        let target = format!(
+            "/devstoreaccount1/q/messages?sv=2026-10-06&ss=q&srt=o&sp=rap&st={st}&se={se}&sip=127.0.0.1&spr=https,http&sig={}",
+            utf8_percent_encode(&sig, NON_ALPHANUMERIC)
+        );
+        let r = req("POST", &target, &[]);
+        let t = parse_target(&r, &crate::addressing::Addressing::default()).unwrap();
+        let at = |s: u64, ns: i64| {
+            let base = UNIX_EPOCH + Duration::from_secs(s);
+            if ns >= 0 {
+                base + Duration::from_nanos(ns as u64)
+            } else {
+                base - Duration::from_nanos(ns.unsigned_abs())
+            }
+        };
+        let inside = at(st_s, 3_600_000_000_000);
+        let sas = Sas::from_target(&t).unwrap();
+        assert!(t.signature.account_grant().is_none());
+        assert!(account_sas(&sas, &acct(), inside, local()).is_ok());
+        let grant = t.signature.account_grant().expect("granted after the whole check");
+        assert_eq!(grant.caller, local());
+
+        // Around the start (with its 300 s of skew) and the expiry.
+        let skew = 300_000_000_000i64;
+        let edges = [
+            (st_s, -skew - 1),
+            (st_s, -skew),
+            (st_s, -skew + 1),
+            (st_s, 0),
+            (se_s, -1),
+            (se_s, 0),
+            (se_s, 1),
+        ];
+        for (s, ns) in edges {
+            let now = at(s, ns);
+            let fast = account_sas(&sas, &acct(), now, local()).is_ok();
+            let full = account_sas_in_full(&sas, &acct(), now, local()).is_ok();
+            assert_eq!(fast, full, "at {s} s {ns} ns");
+        }
+        assert!(
+            account_sas(&sas, &acct(), at(st_s, -skew - 1), local()).is_err(),
+            "not started"
+        );
+        assert!(account_sas(&sas, &acct(), at(se_s, 0), local()).is_err(), "expired");
+        assert!(
+            account_sas(&sas, &acct(), at(se_s, -1), local()).is_ok(),
+            "the last instant"
+        );
+
+        // Another caller is checked in full: outside `sip`, it is refused.
+        let elsewhere = Caller {
+            ip: "10.0.0.1".parse().unwrap(),
+            https: false,
+        };
+        assert!(account_sas(&sas, &acct(), inside, elsewhere).is_err());
+        assert_eq!(
+            t.signature.account_grant(),
+            Some(grant),
+            "the grant stays the first caller's"
+        );
     }
 
     #[test]
