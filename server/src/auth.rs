@@ -710,7 +710,7 @@ fn check_window(
     };
     // A little skew on the start, as the service allows.
     let started = start.is_none_or(|s| {
-        now.checked_add(time::Duration::seconds(300))
+        now.checked_add(time::Duration::seconds(crate::limits::SAS_START_SKEW_SECS))
             .is_none_or(|late| s <= late)
     });
     if !started || now >= expiry {
@@ -735,7 +735,7 @@ fn grant_admits(grant: &AccountSasGrant, now: SystemTime) -> bool {
     else {
         return false;
     };
-    let skew_ns: i128 = 300_000_000_000;
+    let skew_ns = i128::from(crate::limits::SAS_START_SKEW_SECS).saturating_mul(1_000_000_000);
     let started = grant.start_ns.is_none_or(|s| s <= now_ns.saturating_add(skew_ns));
     started && now_ns < grant.expiry_ns
 }
@@ -1576,7 +1576,7 @@ mod tests {
         assert_eq!(grant.caller, local());
 
         // Around the start (with its 300 s of skew) and the expiry.
-        let skew = 300_000_000_000i64;
+        let skew = crate::limits::SAS_START_SKEW_SECS * 1_000_000_000;
         let edges = [
             (st_s, -skew - 1),
             (st_s, -skew),

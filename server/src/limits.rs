@@ -98,6 +98,9 @@ pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
 /// Clock skew allowed for Shared Key requests ("Authorize with Shared Key": 15 minutes).
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
+/// How long before a SAS's `st` it is already accepted, for the caller's
+/// clock running ahead of ours (the service allows a little skew).
+pub const SAS_START_SKEW_SECS: i64 = 300;
 /// SAS signatures each core remembers as verified (`auth::sas_verifies_lines`);
 /// the set is emptied when full. Entries longer than
 /// `MAX_CACHED_SAS_ENTRY_BYTES` are not kept (a typical one is about 350
