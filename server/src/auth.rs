@@ -695,49 +695,46 @@ fn sas_time(text: &str) -> Option<OffsetDateTime> {
     })
 }
 
-/// The SAS's window, `st` (if sent) and `se`, once `now` is inside it.
-fn check_window(
-    st: Option<&str>,
-    se: &str,
-    now: SystemTime,
-) -> Result<(Option<OffsetDateTime>, OffsetDateTime), ApiError> {
-    let now = OffsetDateTime::from(now);
+/// The SAS's window, `st` (if sent) and `se`, as nanoseconds since the
+/// epoch, once `now` is inside it ([`window_holds`]).
+fn check_window(st: Option<&str>, se: &str, now: SystemTime) -> Result<(Option<i128>, i128), ApiError> {
     let bad = |what: &str| ApiError::auth_failed(format!("{what} is not a valid ISO 8601 time."));
-    let expiry = sas_time(se).ok_or_else(|| bad("se"))?;
+    let expiry = sas_time(se).ok_or_else(|| bad("se"))?.unix_timestamp_nanos();
     let start = match st {
-        Some(s) if !s.is_empty() => Some(sas_time(s).ok_or_else(|| bad("st"))?),
+        Some(s) if !s.is_empty() => Some(sas_time(s).ok_or_else(|| bad("st"))?.unix_timestamp_nanos()),
         _ => None,
     };
-    // A little skew on the start, as the service allows.
-    let started = start.is_none_or(|s| {
-        now.checked_add(time::Duration::seconds(crate::limits::SAS_START_SKEW_SECS))
-            .is_none_or(|late| s <= late)
-    });
-    if !started || now >= expiry {
+    if !window_holds(start, expiry, unix_nanos(now)) {
         return Err(ApiError::auth_failed(format!(
             "Signature not valid in the specified time frame: Start [{}] - Expiry [{se}] - Current [{}]",
             st.unwrap_or(""),
-            crate::xmlio::iso8601_7(now)
+            crate::xmlio::iso8601_7(OffsetDateTime::from(now))
         )));
     }
     Ok((start, expiry))
 }
 
-/// The `started` and `now >= expiry` tests of [`check_window`] on a
-/// remembered window: the same instants, as nanoseconds since the epoch.
-/// `false` sends the request through the whole check (which words the
-/// refusal); a clock before 1970 does too.
-fn grant_admits(grant: &AccountSasGrant, now: SystemTime) -> bool {
-    let Some(now_ns) = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|d| i128::try_from(d.as_nanos()).ok())
-    else {
-        return false;
-    };
+/// A SAS's window rule, in nanoseconds since the epoch: started (with a
+/// little skew on the start, as the service allows) and not yet expired.
+/// The one rule for the whole check and for a remembered grant.
+fn window_holds(start_ns: Option<i128>, expiry_ns: i128, now_ns: i128) -> bool {
     let skew_ns = i128::from(crate::limits::SAS_START_SKEW_SECS).saturating_mul(1_000_000_000);
-    let started = grant.start_ns.is_none_or(|s| s <= now_ns.saturating_add(skew_ns));
-    started && now_ns < grant.expiry_ns
+    let started = start_ns.is_none_or(|s| s <= now_ns.saturating_add(skew_ns));
+    started && now_ns < expiry_ns
+}
+
+/// `t` as nanoseconds since the epoch, negative before it. Any
+/// `Duration`'s nanoseconds fit an `i128`; the bounds are never reached.
+fn unix_nanos(t: SystemTime) -> i128 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => i128::try_from(after.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => i128::try_from(before.duration().as_nanos()).map_or(i128::MIN, |n| n.saturating_neg()),
+    }
+}
+
+/// Whether a remembered grant still admits a request at `now`.
+fn grant_admits(grant: &AccountSasGrant, now: SystemTime) -> bool {
+    window_holds(grant.start_ns, grant.expiry_ns, unix_nanos(now))
 }
 
 /// Who sent a request, as a SAS's `sip` and `spr` judge it.
@@ -860,15 +857,15 @@ fn account_sas_in_full<'t>(
             sts.build()
         )));
     }
-    let (start, expiry) = check_window(sas.st, se, now)?;
+    let (start_ns, expiry_ns) = check_window(sas.st, se, now)?;
     common_sas_checks(sas, caller)?;
-    // `signature_holds` set the memo's `verified`, so the grant stands on
-    // a verified signature.
-    if let Some(memo) = sas.memo.filter(|m| m.verified()) {
+    // `signature_holds` set the memo's `verified` above, which the grant
+    // stands on (`set_account_grant` keeps none otherwise).
+    if let Some(memo) = sas.memo {
         memo.set_account_grant(AccountSasGrant {
             caller,
-            start_ns: start.map(OffsetDateTime::unix_timestamp_nanos),
-            expiry_ns: expiry.unix_timestamp_nanos(),
+            start_ns,
+            expiry_ns,
         });
     }
     Ok(Principal::AccountSas {
