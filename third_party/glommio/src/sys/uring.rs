@@ -1249,6 +1249,10 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// Hematite: the duration `latency_preemption_timeout_src` was armed
+    /// with. A timer still pending that was armed with at most the duration
+    /// a pass asks for fires no later than a new one would, so it is kept.
+    latency_preemption_timeout_dur: Cell<Duration>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1380,6 +1384,7 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_preemption_timeout_dur: Cell::new(Duration::ZERO),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1841,22 +1846,47 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
+        // Hematite (HEMATITE.md, change 3): as published, both preemption
+        // timers were cancelled and armed anew on every pass, five requests
+        // (two cancels, two timeouts and the throughput timer's linked
+        // eventfd write) and their completions each time. A timer still
+        // pending that fires no later than a new one would is kept instead:
+        // the latency timer if it was armed with at most the duration this
+        // pass asks for, the throughput timer always (it fires after
+        // `ring_depth` completions counted from when it was armed, so no
+        // later than one armed now). An earlier preemption than asked for
+        // costs one more pass; a later one never happens.
         //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // If we will sleep (no preemption timer asked for), the old timer
+        // is cancelled as published: otherwise we'd wake up when it expires.
+        let keep_latency = match (self.latency_preemption_timeout_src.take(), preempt_timer()) {
+            (Some(src), Some(preempt))
+                if src.is_pending() && self.latency_preemption_timeout_dur.get() <= preempt =>
+            {
+                Some(src)
+            }
+            (old, _) => {
+                drop(old);
+                None
+            }
+        };
+        let kept_latency = keep_latency.is_some();
+        self.latency_preemption_timeout_src.set(keep_latency);
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        match self.throughput_preemption_timeout_src.take() {
+            Some(src) if src.is_pending() => self.throughput_preemption_timeout_src.set(Some(src)),
+            old => {
+                drop(old);
+                self.throughput_preemption_timeout_src.set(Some(
+                    main_ring.prepare_throughput_preemption_timer(
+                        self.ring_depth() as u32,
+                        self.eventfd_src.raw(),
+                    ),
+                ));
+            }
+        }
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1880,6 +1910,7 @@ impl Reactor {
             if let Some(dur) = user_timer {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                self.latency_preemption_timeout_dur.set(dur);
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
@@ -1907,8 +1938,11 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            if !kept_latency {
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                self.latency_preemption_timeout_dur.set(preempt);
+            }
             flush_rings!(lat_ring, main_ring)?;
         }
 
