@@ -47,21 +47,65 @@ fn a_busy_task_is_preempted_on_every_pass() {
 }
 
 #[test]
-fn preemption_comes_within_the_period_after_short_passes() {
-    // Many short passes first (each yields at once, the timer armed on the
-    // first still pending), then a long one: it must still be preempted,
-    // by the kept timer or a new one, and not wait for a period that began
-    // before the short passes plus another.
+fn a_spin_after_passes_cut_short_by_io_is_still_preempted() {
+    // Bytes arriving on a socket complete on the latency ring, so they
+    // preempt the spinning task before the period is up: the pass after
+    // each keeps the timer still pending (the path the change adds). Once
+    // the bytes stop, a spin must still be preempted, by the kept timer or
+    // a new one: a kept timer that is no longer in the kernel would leave
+    // it spinning.
+    const BYTES: usize = 100;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let (mut peer, _) = listener.accept().expect("accept");
+        for _ in 0..BYTES {
+            std::io::Write::write_all(&mut peer, b"x").expect("write");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Open until the executor is done: no close to complete a read.
+        let _ = done_rx.recv_timeout(NEVER * 2);
+    });
     let handle = executor(Duration::from_millis(50))
-        .spawn(|| async {
-            for _ in 0..1000 {
-                glommio::executor().yield_task_queue_now().await;
+        .spawn(move || async move {
+            let mut stream = glommio::net::TcpStream::connect(addr).await.expect("connect");
+            let finished = std::rc::Rc::new(std::cell::Cell::new(false));
+            let reader = glommio::spawn_local({
+                let finished = finished.clone();
+                async move {
+                    use futures_lite::AsyncReadExt;
+                    let (mut buf, mut got) = ([0u8; 64], 0);
+                    while got < BYTES {
+                        got += stream.read(&mut buf).await.expect("read");
+                    }
+                    finished.set(true);
+                    stream
+                }
+            });
+            let mut cut_short = 0;
+            let mut passes = 0;
+            let start = Instant::now();
+            while passes < 10_000 && start.elapsed() < NEVER {
+                if spin_until_preempted() < Duration::from_millis(50) {
+                    cut_short += 1;
+                }
+                passes += 1;
+                glommio::yield_if_needed().await;
+                if finished.get() {
+                    break;
+                }
             }
-            spin_until_preempted()
+            let _stream = reader.await;
+            // The bytes have stopped: nothing but a timer can preempt now.
+            (cut_short, spin_until_preempted())
         })
         .expect("executor starts");
-    let took = handle.join().expect("executor ran");
-    assert!(took < NEVER, "the long pass waited {took:?}");
+    let (cut_short, last) = handle.join().expect("executor ran");
+    let _ = done_tx.send(());
+    writer.join().expect("writer");
+    assert!(cut_short > 0, "no pass was cut short by the socket");
+    assert!(last < NEVER, "the last spin waited {last:?}");
 }
 
 #[test]

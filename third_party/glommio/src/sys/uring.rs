@@ -1850,31 +1850,24 @@ impl Reactor {
         // timers were cancelled and armed anew on every pass, five requests
         // (two cancels, two timeouts and the throughput timer's linked
         // eventfd write) and their completions each time. A timer still
-        // pending that fires no later than a new one would is kept instead:
-        // the latency timer if it was armed with at most the duration this
-        // pass asks for, the throughput timer always (it fires after
-        // `ring_depth` completions counted from when it was armed, so no
-        // later than one armed now). An earlier preemption than asked for
-        // costs one more pass; a later one never happens.
+        // pending that fires no later than a new one would is kept instead.
+        // The latency timer is judged at the end of this function, after
+        // the last read of the rings: a completion read before that would
+        // leave a kept timer that is no longer in the kernel, and the
+        // preemption period may shrink while the reads wake task queues.
         //
         // If we will sleep (no preemption timer asked for), the old timer
-        // is cancelled as published: otherwise we'd wake up when it expires.
-        let keep_latency = match (self.latency_preemption_timeout_src.take(), preempt_timer()) {
-            (Some(src), Some(preempt))
-                if src.is_pending() && self.latency_preemption_timeout_dur.get() <= preempt =>
-            {
-                Some(src)
-            }
-            (old, _) => {
-                drop(old);
-                None
-            }
-        };
-        let kept_latency = keep_latency.is_some();
-        self.latency_preemption_timeout_src.set(keep_latency);
+        // is cancelled here, as published: otherwise we'd wake up when it
+        // expires.
+        if preempt_timer().is_none() {
+            drop(self.latency_preemption_timeout_src.take());
+        }
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
+        // The throughput timer is kept while pending: it fires after
+        // `ring_depth` completions counted from when it was armed, so no
+        // later than one armed now.
         match self.throughput_preemption_timeout_src.take() {
             Some(src) if src.is_pending() => self.throughput_preemption_timeout_src.set(Some(src)),
             old => {
@@ -1938,10 +1931,25 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            if !kept_latency {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-                self.latency_preemption_timeout_dur.set(preempt);
+            // Hematite: the armed latency timer is kept if its completion
+            // has not been read yet (it is in the kernel, or posted and not
+            // read: then `need_preempt` is already true) and it was armed
+            // with at most `preempt`, so it fires no later than a new one.
+            // Nothing reads the latency ring between here and the next call
+            // but `spin_poll_io`, after which the loop comes back here
+            // before running tasks. A timer not kept is cancelled on the
+            // next pass (its cancellation is queued); if it fires first, it
+            // only preempts early.
+            match self.latency_preemption_timeout_src.take() {
+                Some(src) if src.is_pending() && self.latency_preemption_timeout_dur.get() <= preempt => {
+                    self.latency_preemption_timeout_src.set(Some(src));
+                }
+                old => {
+                    drop(old);
+                    self.latency_preemption_timeout_src
+                        .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                    self.latency_preemption_timeout_dur.set(preempt);
+                }
             }
             flush_rings!(lat_ring, main_ring)?;
         }
