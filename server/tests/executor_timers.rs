@@ -5,6 +5,14 @@
 //! a busy task is still told to yield within the preemption period on every
 //! pass, not only the first, and a timer still wakes an executor that went
 //! to sleep after a busy spell.
+//!
+//! What they do not reach: a timer is kept only on a pass that something
+//! other than the timer itself cut short (a completion on the latency ring:
+//! a connect, an eventfd wake-up). Attempts to cause those from a test (a
+//! connect, socket reads with a ring depth of 2 so the throughput timer
+//! fires) did not preempt a spinning task, so the kept timer is exercised
+//! by the server under load (the suites, `bench/compare`) and held by a
+//! reading of the code (docs/decisions/0008-preemption-timers-kept.md).
 
 use glommio::LocalExecutorBuilder;
 use std::time::{Duration, Instant};
@@ -44,68 +52,6 @@ fn a_busy_task_is_preempted_on_every_pass() {
         .expect("executor starts");
     let longest = handle.join().expect("executor ran");
     assert!(longest < NEVER, "longest wait for a preemption: {longest:?}");
-}
-
-#[test]
-fn a_spin_after_passes_cut_short_by_io_is_still_preempted() {
-    // Bytes arriving on a socket complete on the latency ring, so they
-    // preempt the spinning task before the period is up: the pass after
-    // each keeps the timer still pending (the path the change adds). Once
-    // the bytes stop, a spin must still be preempted, by the kept timer or
-    // a new one: a kept timer that is no longer in the kernel would leave
-    // it spinning.
-    const BYTES: usize = 100;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("address");
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let writer = std::thread::spawn(move || {
-        let (mut peer, _) = listener.accept().expect("accept");
-        for _ in 0..BYTES {
-            std::io::Write::write_all(&mut peer, b"x").expect("write");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Open until the executor is done: no close to complete a read.
-        let _ = done_rx.recv_timeout(NEVER * 2);
-    });
-    let handle = executor(Duration::from_millis(50))
-        .spawn(move || async move {
-            let mut stream = glommio::net::TcpStream::connect(addr).await.expect("connect");
-            let finished = std::rc::Rc::new(std::cell::Cell::new(false));
-            let reader = glommio::spawn_local({
-                let finished = finished.clone();
-                async move {
-                    use futures_lite::AsyncReadExt;
-                    let (mut buf, mut got) = ([0u8; 64], 0);
-                    while got < BYTES {
-                        got += stream.read(&mut buf).await.expect("read");
-                    }
-                    finished.set(true);
-                    stream
-                }
-            });
-            let mut cut_short = 0;
-            let mut passes = 0;
-            let start = Instant::now();
-            while passes < 10_000 && start.elapsed() < NEVER {
-                if spin_until_preempted() < Duration::from_millis(50) {
-                    cut_short += 1;
-                }
-                passes += 1;
-                glommio::yield_if_needed().await;
-                if finished.get() {
-                    break;
-                }
-            }
-            let _stream = reader.await;
-            // The bytes have stopped: nothing but a timer can preempt now.
-            (cut_short, spin_until_preempted())
-        })
-        .expect("executor starts");
-    let (cut_short, last) = handle.join().expect("executor ran");
-    let _ = done_tx.send(());
-    writer.join().expect("writer");
-    assert!(cut_short > 0, "no pass was cut short by the socket");
-    assert!(last < NEVER, "the last spin waited {last:?}");
 }
 
 #[test]

@@ -1935,11 +1935,13 @@ impl Reactor {
             // has not been read yet (it is in the kernel, or posted and not
             // read: then `need_preempt` is already true) and it was armed
             // with at most `preempt`, so it fires no later than a new one.
-            // Nothing reads the latency ring between here and the next call
-            // but `spin_poll_io`, after which the loop comes back here
-            // before running tasks. A timer not kept is cancelled on the
-            // next pass (its cancellation is queued); if it fires first, it
-            // only preempts early.
+            // Nothing reads the latency ring between here and the tasks. A
+            // completion posted from here on preempts the coming pass,
+            // perhaps before it runs anything; `run_task_queues` then says
+            // it ran, so the loop polls again instead of parking with tasks
+            // runnable. A timer not kept is cancelled on the next pass (its
+            // cancellation is queued); if it fires first, it only preempts
+            // early.
             match self.latency_preemption_timeout_src.take() {
                 Some(src) if src.is_pending() && self.latency_preemption_timeout_dur.get() <= preempt => {
                     self.latency_preemption_timeout_src.set(Some(src));
