@@ -5,14 +5,6 @@
 //! a busy task is still told to yield within the preemption period on every
 //! pass, not only the first, and a timer still wakes an executor that went
 //! to sleep after a busy spell.
-//!
-//! What they do not reach: a timer is kept only on a pass that something
-//! other than the timer itself cut short (a completion on the latency ring:
-//! a connect, an eventfd wake-up). Attempts to cause those from a test (a
-//! connect, socket reads with a ring depth of 2 so the throughput timer
-//! fires) did not preempt a spinning task, so the kept timer is exercised
-//! by the server under load (the suites, `bench/compare`) and held by a
-//! reading of the code (docs/decisions/0008-preemption-timers-kept.md).
 
 use glommio::LocalExecutorBuilder;
 use std::time::{Duration, Instant};
@@ -52,6 +44,36 @@ fn a_busy_task_is_preempted_on_every_pass() {
         .expect("executor starts");
     let longest = handle.join().expect("executor ran");
     assert!(longest < NEVER, "longest wait for a preemption: {longest:?}");
+}
+
+#[test]
+fn a_kept_timer_preempts_within_the_period_it_was_armed_for() {
+    // The usual way a timer is kept: a pass empties the queues, the loop's
+    // poll before parking finds work (here a timer of ours, found while the
+    // loop spins before parking), and the next pass starts without the
+    // latency timer having fired. Many such short passes, then a spin: it
+    // must be preempted, and by the timer armed before them (kept, so it
+    // fires well before a full period from the spin's start) or, at the
+    // latest, a full period after.
+    let period = Duration::from_millis(200);
+    // glommio spins before parking only on an executor bound to a CPU.
+    let handle = LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+        .preempt_timer(period)
+        .io_memory(512 * 1024)
+        .spin_before_park(Duration::from_millis(50))
+        .spawn(move || async move {
+            let start = Instant::now();
+            while start.elapsed() < period / 2 {
+                glommio::timer::sleep(Duration::from_millis(2)).await;
+            }
+            spin_until_preempted()
+        })
+        .expect("executor starts");
+    let spin = handle.join().expect("executor ran");
+    assert!(
+        spin < period,
+        "the spin waited {spin:?}: the timer armed before it was not kept"
+    );
 }
 
 #[test]
