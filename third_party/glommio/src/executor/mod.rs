@@ -1321,24 +1321,19 @@ impl LocalExecutor {
     }
 
     fn run_task_queues(&self) -> bool {
+        let mut ran = false;
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
-                // Hematite (HEMATITE.md, change 3): a pass cut short by a
-                // preemption reports that it ran, even before running
-                // anything, so the loop polls for I/O and comes back to
-                // the queues. As published it reported nothing ran, and
-                // the loop then parked: with a completion on the latency
-                // ring that woke no task (a preemption timer firing just
-                // after the reactor's last read), the executor could go to
-                // sleep with tasks still runnable. A timer kept across
-                // passes makes that window a real one.
-                return true;
+                break;
             }
             if !self.run_one_task_queue() {
                 return false;
+            } else {
+                ran = true;
             }
         }
+        ran
     }
 
     fn run_one_task_queue(&self) -> bool {

@@ -224,14 +224,6 @@ impl Source {
         })
     }
 
-    /// Hematite: whether the request is still queued or in the kernel, that
-    /// is, its completion has not been consumed yet (`consume_source` clears
-    /// `enqueued` when it is). The reactor keeps a preemption timer that is
-    /// still pending instead of cancelling and re-arming it on every pass.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.inner.borrow().enqueued.is_some()
-    }
-
     pub(crate) fn result(&self) -> Option<io::Result<usize>> {
         let mut inner = self.inner.borrow_mut();
         let ret = inner

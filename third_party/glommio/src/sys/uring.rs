@@ -1249,10 +1249,6 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
-    /// Hematite: the duration `latency_preemption_timeout_src` was armed
-    /// with. A timer still pending that was armed with at most the duration
-    /// a pass asks for fires no later than a new one would, so it is kept.
-    latency_preemption_timeout_dur: Cell<Duration>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1384,7 +1380,6 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
-            latency_preemption_timeout_dur: Cell::new(Duration::ZERO),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1846,40 +1841,22 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Hematite (HEMATITE.md, change 3): as published, both preemption
-        // timers were cancelled and armed anew on every pass, five requests
-        // (two cancels, two timeouts and the throughput timer's linked
-        // eventfd write) and their completions each time. A timer still
-        // pending that fires no later than a new one would is kept instead.
-        // The latency timer is judged at the end of this function, after
-        // the last read of the rings: a completion read before that would
-        // leave a kept timer that is no longer in the kernel, and the
-        // preemption period may shrink while the reads wake task queues.
+        // Cancel the old timer regardless of whether we can sleep:
+        // if we won't sleep, we will register the new timer with its new
+        // value.
         //
-        // If we will sleep (no preemption timer asked for), the old timer
-        // is cancelled here, as published: otherwise we'd wake up when it
-        // expires.
-        if preempt_timer().is_none() {
-            drop(self.latency_preemption_timeout_src.take());
-        }
+        // But if we will sleep, there might be a timer registered that needs
+        // to be removed otherwise we'll wake up when it expires.
+        drop(self.latency_preemption_timeout_src.take());
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
-        // The throughput timer is kept while pending: it fires after
-        // `ring_depth` completions counted from when it was armed, so no
-        // later than one armed now.
-        match self.throughput_preemption_timeout_src.take() {
-            Some(src) if src.is_pending() => self.throughput_preemption_timeout_src.set(Some(src)),
-            old => {
-                drop(old);
-                self.throughput_preemption_timeout_src.set(Some(
-                    main_ring.prepare_throughput_preemption_timer(
-                        self.ring_depth() as u32,
-                        self.eventfd_src.raw(),
-                    ),
-                ));
-            }
-        }
+        self.throughput_preemption_timeout_src.replace(Some(
+            main_ring.prepare_throughput_preemption_timer(
+                self.ring_depth() as u32,
+                self.eventfd_src.raw(),
+            ),
+        ));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1903,7 +1880,6 @@ impl Reactor {
             if let Some(dur) = user_timer {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                self.latency_preemption_timeout_dur.set(dur);
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
@@ -1931,28 +1907,8 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            // Hematite: the armed latency timer is kept if its completion
-            // has not been read yet (it is in the kernel, or posted and not
-            // read: then `need_preempt` is already true) and it was armed
-            // with at most `preempt`, so it fires no later than a new one.
-            // Nothing reads the latency ring between here and the tasks. A
-            // completion posted from here on preempts the coming pass,
-            // perhaps before it runs anything; `run_task_queues` then says
-            // it ran, so the loop polls again instead of parking with tasks
-            // runnable. A timer not kept is cancelled on the next pass (its
-            // cancellation is queued); if it fires first, it only preempts
-            // early.
-            match self.latency_preemption_timeout_src.take() {
-                Some(src) if src.is_pending() && self.latency_preemption_timeout_dur.get() <= preempt => {
-                    self.latency_preemption_timeout_src.set(Some(src));
-                }
-                old => {
-                    drop(old);
-                    self.latency_preemption_timeout_src
-                        .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-                    self.latency_preemption_timeout_dur.set(preempt);
-                }
-            }
+            self.latency_preemption_timeout_src
+                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
             flush_rings!(lat_ring, main_ring)?;
         }
 
