@@ -1543,6 +1543,40 @@ mod tests {
     /// requests from the clock alone, for the caller it was checked for:
     /// the same answer as the whole check, at every instant around the
     /// window's edges, and for any other caller the whole check.
+    /// `check_window`'s rule in nanoseconds, against the instants compared
+    /// directly (as the window was judged before it was nanoseconds):
+    /// offsets, fractions of a second and a clock before 1970.
+    #[test]
+    fn the_window_in_nanoseconds_agrees_with_the_instants() {
+        let windows = [
+            (None, "2026-11-29T12:00:00Z"),
+            (Some("2026-11-29T11:00:00Z"), "2026-11-29T12:00:00Z"),
+            (Some("2026-11-29T11:00:00.5+01:30"), "2026-11-29T12:00:00.25-02:00"),
+            (Some("1969-12-31T23:00:00Z"), "1970-01-01T01:00:00.000000001Z"),
+            (Some(""), "9999-12-31T23:59:59Z"),
+        ];
+        let skew = time::Duration::seconds(crate::limits::SAS_START_SKEW_SECS);
+        for (st, se) in windows {
+            let start = st.filter(|s| !s.is_empty()).map(|s| sas_time(s).unwrap());
+            let expiry = sas_time(se).unwrap();
+            let mut instants = vec![expiry, expiry - time::Duration::nanoseconds(1)];
+            if let Some(s) = start {
+                for d in [-1i64, 0, 1] {
+                    instants.push(s - skew + time::Duration::nanoseconds(d));
+                }
+            }
+            for now in instants {
+                let by_instants = start.is_none_or(|s| s <= now + skew) && now < expiry;
+                let clock = SystemTime::from(now);
+                assert_eq!(
+                    check_window(st, se, clock).is_ok(),
+                    by_instants,
+                    "st {st:?}, se {se}, now {now}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_remembered_account_sas_grant_answers_as_the_whole_check() {
         use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
