@@ -414,17 +414,91 @@ fn plain_text_bytes(text: &str) -> bool {
     plain_text_bytes_in(text)
 }
 
-/// [`plain_text_bytes_in`] compiled for AVX2: 32 bytes a compare where the
-/// baseline build has 16 (the scan is over every byte of every put's text).
+/// [`plain_text_bytes_in`] for AVX2, 32 bytes at a time, each byte
+/// classified by two table lookups (`vpshufb`) on its nibbles: a byte's
+/// class is the AND of its high nibble's bits and its low nibble's. About
+/// eight instructions per 32 bytes where the compiled per-byte compares of
+/// [`plain_text_bytes_in`] took 29 (cachegrind; the scan runs over every
+/// byte of every put's text). The answer must be that function's: a test
+/// compares them on every character of the Basic Multilingual Plane.
+///
+/// # Safety
+/// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn plain_text_bytes_avx2(text: &str) -> bool {
-    plain_text_bytes_in(text)
+    use std::arch::x86_64::{
+        __m256i, _mm256_and_si256, _mm256_loadu_si256, _mm256_or_si256, _mm256_set1_epi8, _mm256_setr_epi8,
+        _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_testz_si256,
+    };
+    // Classes: C0 controls 0x00-0x0F but tab and line feed (LOW), 0x10-0x1F
+    // (HIGH), `&` 0x26 (AMP), `<` 0x3C (LT), `]` 0x5D (BR), 0xEF (EF).
+    const LOW: i8 = 1;
+    const HIGH: i8 = 2;
+    const AMP: i8 = 4;
+    const LT: i8 = 8;
+    const BR: i8 = 16;
+    const EF: i8 = 32;
+    const BAD: i8 = LOW | HIGH | AMP | LT;
+    // By high nibble, 0 to 15 (`vpshufb` looks up within each 128-bit lane,
+    // so each table is given twice).
+    #[rustfmt::skip]
+    let by_high = _mm256_setr_epi8(
+        LOW, HIGH, AMP, LT, 0, BR, 0, 0, 0, 0, 0, 0, 0, 0, EF, 0,
+        LOW, HIGH, AMP, LT, 0, BR, 0, 0, 0, 0, 0, 0, 0, 0, EF, 0,
+    );
+    // By low nibble: LOW but for 0x9 (tab) and 0xA (line feed); HIGH
+    // for all; AMP at 6, LT at 0xC, BR at 0xD, EF at 0xF.
+    const L: i8 = LOW | HIGH;
+    #[rustfmt::skip]
+    let by_low = _mm256_setr_epi8(
+        L, L, L, L, L, L, L | AMP, L, L, HIGH, HIGH, L, L | LT, L | BR, L, L | EF,
+        L, L, L, L, L, L, L | AMP, L, L, HIGH, HIGH, L, L | LT, L | BR, L, L | EF,
+    );
+    let nibble = _mm256_set1_epi8(0x0f);
+    let bytes = text.as_bytes();
+    let blocks = bytes.chunks_exact(32);
+    let tail = blocks.remainder();
+    let mut seen: __m256i = _mm256_setzero_si256();
+    for block in blocks {
+        // SAFETY: `block` is 32 readable bytes; the load is unaligned.
+        let v = unsafe { _mm256_loadu_si256(block.as_ptr().cast::<__m256i>()) };
+        // The shift moves bits across bytes within 16-bit lanes; the mask
+        // keeps each byte's own high nibble (0 to 15: never `vpshufb`'s
+        // zeroing bit).
+        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+        let low = _mm256_and_si256(v, nibble);
+        let class = _mm256_and_si256(_mm256_shuffle_epi8(by_high, high), _mm256_shuffle_epi8(by_low, low));
+        seen = _mm256_or_si256(seen, class);
+    }
+    let has = |bits: i8| _mm256_testz_si256(seen, _mm256_set1_epi8(bits)) == 0;
+    // The last 0-31 bytes, one at a time.
+    if has(BAD) || tail.iter().any(|&b| is_refused_byte(b)) {
+        return false;
+    }
+    let bracket = has(BR) || tail.contains(&b']');
+    let ef = has(EF) || tail.contains(&0xEF);
+    finish_plain_scan(text, bracket, ef)
 }
 
-/// The scan itself, inlined into each caller so that it is compiled with the
-/// caller's target features (the AVX2 copy's loop uses 32-byte registers:
-/// checked in the release binary's disassembly).
+/// A byte that makes a text not plain on its own: a C0 control other than
+/// tab and line feed, `<` or `&`.
+#[cfg(target_arch = "x86_64")]
+fn is_refused_byte(b: u8) -> bool {
+    (b < 0x20 && b != b'\t' && b != b'\n') || b == b'<' || b == b'&'
+}
+
+/// The closer look, once no byte was refused outright: a `]` found means a
+/// search for `]]>`, an 0xEF byte one for U+FFFE and U+FFFF.
+fn finish_plain_scan(text: &str, any_bracket: bool, any_ef: bool) -> bool {
+    // Single-character searches use memchr; only flagged texts pay them.
+    let cdata_end = any_bracket && text.contains("]]>");
+    let non_char = any_ef && (text.contains('\u{FFFE}') || text.contains('\u{FFFF}'));
+    !(cdata_end || non_char)
+}
+
+/// The scan on CPUs without AVX2, and the reference [`plain_text_bytes_avx2`]
+/// is tested against.
 #[inline(always)]
 fn plain_text_bytes_in(text: &str) -> bool {
     // Keep in step with `check_xml_chars`: its refusals must all be here.
@@ -451,11 +525,7 @@ fn plain_text_bytes_in(text: &str) -> bool {
             return false;
         }
     }
-    let (any_bracket, any_ef) = (seen & BRACKET != 0, seen & EF != 0);
-    // Single-character searches use memchr; only flagged texts pay them.
-    let cdata_end = any_bracket && text.contains("]]>");
-    let non_char = any_ef && (text.contains('\u{FFFE}') || text.contains('\u{FFFF}'));
-    !(cdata_end || non_char)
+    finish_plain_scan(text, seen & BRACKET != 0, seen & EF != 0)
 }
 
 /// `<QueueMessage><MessageText>…</MessageText></QueueMessage>` → the text.
@@ -733,6 +803,26 @@ mod tests {
                     assert_eq!(plain_text_bytes(&t), plain, "{why}");
                     assert_eq!(plain_text_bytes_in(&t), plain, "{why} (baseline)");
                 }
+            }
+        }
+    }
+
+    /// Every character of the Basic Multilingual Plane (and a few past
+    /// it), in a vector block, at a block's edges and in the tail the AVX2
+    /// scan reads byte by byte: the scan this CPU runs answers as the
+    /// baseline one does.
+    #[test]
+    fn the_vector_scan_classifies_every_character_as_the_baseline_does() {
+        let astral = ['\u{10000}', '\u{1F600}', '\u{EFFFF}', '\u{10FFFF}'];
+        for c in (0..=0xFFFF).filter_map(char::from_u32).chain(astral) {
+            for at in [0, 5, 31, 32, 33, 40, 63, 64, 66] {
+                let t = format!("{}{c}{}", "a".repeat(at), "a".repeat(70 - at));
+                assert_eq!(
+                    plain_text_bytes(&t),
+                    plain_text_bytes_in(&t),
+                    "U+{:04X} at {at}",
+                    u32::from(c)
+                );
             }
         }
     }
