@@ -1539,10 +1539,6 @@ mod tests {
         assert!(account_sas(&by_hand, &acct(), now, local()).is_err());
     }
 
-    /// A target whose account SAS passed every check once answers later
-    /// requests from the clock alone, for the caller it was checked for:
-    /// the same answer as the whole check, at every instant around the
-    /// window's edges, and for any other caller the whole check.
     /// `check_window`'s rule in nanoseconds, against the instants compared
     /// directly (as the window was judged before it was nanoseconds):
     /// offsets, fractions of a second and a clock before 1970.
@@ -1577,6 +1573,10 @@ mod tests {
         }
     }
 
+    /// A target whose account SAS passed every check once answers later
+    /// requests from the clock alone, for the caller it was checked for:
+    /// the same answer as the whole check, at every instant around the
+    /// window's edges, and for any other caller the whole check.
     #[test]
     fn a_remembered_account_sas_grant_answers_as_the_whole_check() {
         use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
