@@ -61,11 +61,7 @@ pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, t
     }
     let started = std::time::Instant::now();
     // Encoded directly: `to_string` went through `fmt` (about 400 instructions).
-    let request_id = HeaderValue::copied(
-        uuid::Uuid::new_v4()
-            .hyphenated()
-            .encode_lower(&mut uuid::Uuid::encode_buffer()),
-    );
+    let request_id = HeaderValue::copied(crate::xmlio::hyphenated_id(&uuid::Uuid::new_v4()).as_str());
     let now = SystemTime::now();
     let mut op = None;
     let version = match req.header("x-ms-version") {
