@@ -137,8 +137,8 @@ static HEX_PAIRS: [[u8; 2]; 256] = {
 /// A UUID as Azure writes its ids (`MessageId`, `x-ms-request-id`): 36
 /// characters, lower-case hex digits in groups of 8-4-4-4-12. One table
 /// read a byte: uuid's own encoder writes the plain form and then copies
-/// it around the hyphens a byte at a time, some 200 instructions, and
-/// every put writes two ids.
+/// it around the hyphens a byte at a time (about 115 instructions an id
+/// against about 50), and every put writes two ids.
 pub fn hyphenated_id(id: &uuid::Uuid) -> HyphenatedId {
     // Each group's bytes and where their digits go, between the hyphens at
     // 8, 13, 18 and 23.
@@ -162,13 +162,17 @@ pub fn hyphenated_id(id: &uuid::Uuid) -> HyphenatedId {
     HyphenatedId(out)
 }
 
-/// [`hyphenated_id`]'s text.
+/// [`hyphenated_id`]'s text. Invariant: ASCII only (hex digits from
+/// `HEX_PAIRS` and hyphens); only [`hyphenated_id`] makes one.
 pub struct HyphenatedId([u8; 36]);
 
 impl HyphenatedId {
     pub fn as_str(&self) -> &str {
-        // Hex digits and hyphens only, so always UTF-8.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        debug_assert!(self.0.is_ascii());
+        // SAFETY: ASCII is UTF-8, and the type's invariant makes every byte
+        // ASCII. (A checked conversion would cost about as much as the
+        // encoding it follows.)
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 }
 
