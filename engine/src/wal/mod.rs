@@ -880,6 +880,15 @@ impl<D: Disk> Wal<D> {
             wal.st.borrow_mut().committing = false;
         });
         let started = Instant::now();
+        // Whether a zero write was in flight at any point of this commit (at
+        // its start, at its end, or begun and done between): the device
+        // holds some commits' writes for tens or hundreds of milliseconds,
+        // and the slow-commit line says whether zeros were beside them
+        // (docs/benchmarks.md, "The same minute on both servers").
+        let zeros_before = {
+            let st = self.st.borrow();
+            (st.zeroing.is_some(), st.stats.zeroed_bytes)
+        };
         let result = self.write_batch(batch).await;
         guard.disarm();
         let took = started.elapsed();
@@ -891,6 +900,7 @@ impl<D: Disk> Wal<D> {
         // was never recorded, so only successful commits are reported here.
         if took >= self.cfg.slow_commit && result.is_ok() {
             let (write, sync, records, sealed) = st.stats.last;
+            let zeros_beside = zeros_before.0 || st.zeroing.is_some() || st.stats.zeroed_bytes != zeros_before.1;
             tracing::warn!(
                 shard = self.cfg.shard_id,
                 ms = took.as_millis() as u64,
@@ -898,6 +908,7 @@ impl<D: Disk> Wal<D> {
                 fdatasync_us = sync.as_micros() as u64,
                 records,
                 rotation = sealed,
+                zeros_beside,
                 "slow group commit"
             );
         }
