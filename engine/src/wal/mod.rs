@@ -881,13 +881,13 @@ impl<D: Disk> Wal<D> {
         });
         let started = Instant::now();
         // Whether a zero write was in flight at any point of this commit (at
-        // its start, at its end, or begun and done between): the device
-        // holds some commits' writes for tens or hundreds of milliseconds,
-        // and the slow-commit line says whether zeros were beside them
-        // (docs/benchmarks.md, "The same minute on both servers").
+        // its start, or begun since): the device holds some commits' writes
+        // for tens or hundreds of milliseconds, and the slow-commit line
+        // says whether zeros were beside them (docs/benchmarks.md, "The
+        // same minute on both servers").
         let zeros_before = {
             let st = self.st.borrow();
-            (st.zeroing.is_some(), st.stats.zeroed_bytes)
+            (st.zeroing.is_some(), st.stats.zero_steps)
         };
         let result = self.write_batch(batch).await;
         guard.disarm();
@@ -900,7 +900,7 @@ impl<D: Disk> Wal<D> {
         // was never recorded, so only successful commits are reported here.
         if took >= self.cfg.slow_commit && result.is_ok() {
             let (write, sync, records, sealed) = st.stats.last;
-            let zeros_beside = zeros_before.0 || st.zeroing.is_some() || st.stats.zeroed_bytes != zeros_before.1;
+            let zeros_beside = zeros_before.0 || st.stats.zero_steps != zeros_before.1;
             tracing::warn!(
                 shard = self.cfg.shard_id,
                 ms = took.as_millis() as u64,
@@ -1270,6 +1270,7 @@ impl<D: Disk> Wal<D> {
         let step = (p.file.clone(), p.header.seq, st.zeroed_to, len);
         assert!(step.2 >= SEGMENT_HEADER_LEN, "zeros over a segment header");
         st.zeroing = Some(step.1);
+        st.stats.zero_steps += 1;
         Some(step)
     }
 

@@ -62,6 +62,8 @@ pub struct CommitStats {
     pub one_job: u64,
     /// Zeros written ahead into prepared segments (`WalConfig::zero_ahead`).
     pub zeroed_bytes: u64,
+    /// Zero writes begun, whether or not they succeeded.
+    pub zero_steps: u64,
     /// Commits that waited for a zero write still in flight to their
     /// segment (one at most after a rotation; see `Wal::zero_ahead`).
     pub zero_waits: u64,
