@@ -237,10 +237,12 @@ impl Request {
 
     /// Whether the client wants the connection kept open after this request.
     pub fn keep_alive(&self) -> bool {
-        let conn = self.header("connection").map(|v| v.to_ascii_lowercase());
-        match conn.as_deref() {
-            Some(v) if v.split(',').any(|t| t.trim() == "close") => false,
-            Some(v) if v.split(',').any(|t| t.trim() == "keep-alive") => true,
+        // Compared case-blind in place: most clients send `Connection:
+        // keep-alive` on every request, and a lower-cased copy allocated.
+        let has = |v: &str, token: &str| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token));
+        match self.header("connection") {
+            Some(v) if has(v, "close") => false,
+            Some(v) if has(v, "keep-alive") => true,
             _ => !self.http10,
         }
     }
@@ -1169,6 +1171,29 @@ mod tests {
         })
     }
 
+    /// `Connection` tokens are compared case-blind, in a list, with spaces
+    /// around them; without one, HTTP/1.1 keeps the connection and 1.0 not.
+    #[test]
+    fn connection_tokens_decide_keep_alive_case_blind() {
+        let req = |http10: bool, conn: Option<&str>| Request {
+            http10,
+            headers: conn.map(|v| ("Connection", v)).into_iter().collect(),
+            ..Request::default()
+        };
+        for (http10, conn, keep) in [
+            (false, None, true),
+            (true, None, false),
+            (false, Some("CLOSE"), false),
+            (false, Some("upgrade , Close"), false),
+            (true, Some("Keep-Alive"), true),
+            (true, Some("te,  keep-alive "), true),
+            (true, Some("keep-alive-ish"), false),
+            (false, Some("keep-alive, close"), false),
+        ] {
+            assert_eq!(req(http10, conn).keep_alive(), keep, "{http10} {conn:?}");
+        }
+    }
+
     #[test]
     fn a_recycled_request_carries_nothing_into_the_next() {
         let raw = b"POST /first?x=1 HTTP/1.0\r\nHost: h\r\nConnection: close\r\nX-Old: 1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
@@ -1222,6 +1247,37 @@ mod tests {
                 assert!(r.next_request().await.unwrap().is_none());
             });
         }
+    }
+
+    /// Header values lose the spaces and tabs around them, whether the head
+    /// is UTF-8 as a whole (each value then a slice of it) or not (each
+    /// value checked alone, invalid bytes made U+FFFD); a recycled
+    /// request's headers are the next head's alone.
+    #[test]
+    fn header_values_are_trimmed_whether_or_not_the_head_is_utf8() {
+        let raw = b"GET /a HTTP/1.1\r\nHost:h\r\nX-A: \t spaced \t \r\nX-B:\r\nx-ms-meta-k:  caf\xc3\xa9  \r\n\r\n\
+                    GET /b HTTP/1.1\r\nHost: h2\r\nX-Bad: \xff v \r\nX-A:  a2\r\n\r\n";
+        let mut r = reader(raw, 4096);
+        block_on(async {
+            let a = r.next_request().await.unwrap().unwrap();
+            let all: Vec<_> = a.headers.iter().collect();
+            assert_eq!(
+                all,
+                [
+                    ("Host", "h"),
+                    ("X-A", "spaced"),
+                    ("X-B", ""),
+                    ("x-ms-meta-k", "caf\u{e9}")
+                ]
+            );
+            assert_eq!(a.header("x-a"), Some("spaced"));
+            assert_eq!(a.header("x-missing"), None);
+            r.recycle(a);
+            let b = r.next_request().await.unwrap().unwrap();
+            let all: Vec<_> = b.headers.iter().collect();
+            assert_eq!(all, [("Host", "h2"), ("X-Bad", "\u{fffd} v"), ("X-A", "a2")]);
+            assert_eq!(b.header("x-a"), Some("a2"));
+        });
     }
 
     #[test]
