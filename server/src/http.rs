@@ -237,13 +237,20 @@ impl Request {
 
     /// Whether the client wants the connection kept open after this request.
     pub fn keep_alive(&self) -> bool {
-        // Compared case-blind in place: most clients send `Connection:
-        // keep-alive` on every request, and a lower-cased copy allocated.
-        let has = |v: &str, token: &str| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token));
-        match self.header("connection") {
-            Some(v) if has(v, "close") => false,
-            Some(v) if has(v, "keep-alive") => true,
-            _ => !self.http10,
+        // Every `Connection` line's tokens, as one list (RFC 9110 §5.3), a
+        // `close` anywhere winning (RFC 9112 §9.3); compared case-blind in
+        // place: most clients send `keep-alive` on every request, and a
+        // lower-cased copy was an allocation each time.
+        let has = |token: &str| {
+            self.headers
+                .named("connection")
+                .flat_map(|v| v.split(','))
+                .any(|t| t.trim().eq_ignore_ascii_case(token))
+        };
+        if has("close") {
+            false
+        } else {
+            has("keep-alive") || !self.http10
         }
     }
 }
@@ -1171,13 +1178,19 @@ mod tests {
         })
     }
 
-    /// `Connection` tokens are compared case-blind, in a list, with spaces
-    /// around them; without one, HTTP/1.1 keeps the connection and 1.0 not.
+    /// `Connection` tokens are compared case-blind, in a list over every
+    /// line, with spaces around them, `close` winning; without either,
+    /// HTTP/1.1 keeps the connection and 1.0 does not.
     #[test]
     fn connection_tokens_decide_keep_alive_case_blind() {
         let req = |http10: bool, conn: Option<&str>| Request {
             http10,
-            headers: conn.map(|v| ("Connection", v)).into_iter().collect(),
+            // Two lines where the text holds a `|`: one list (RFC 9110 §5.3).
+            headers: conn
+                .into_iter()
+                .flat_map(|v| v.split('|'))
+                .map(|v| ("Connection", v))
+                .collect(),
             ..Request::default()
         };
         for (http10, conn, keep) in [
@@ -1189,6 +1202,8 @@ mod tests {
             (true, Some("te,  keep-alive "), true),
             (true, Some("keep-alive-ish"), false),
             (false, Some("keep-alive, close"), false),
+            (false, Some("keep-alive|close"), false),
+            (true, Some("te|Keep-Alive"), true),
         ] {
             assert_eq!(req(http10, conn).keep_alive(), keep, "{http10} {conn:?}");
         }
@@ -1249,10 +1264,10 @@ mod tests {
         }
     }
 
-    /// Header values lose the spaces and tabs around them, whether the head
-    /// is UTF-8 as a whole (each value then a slice of it) or not (each
-    /// value checked alone, invalid bytes made U+FFFD); a recycled
-    /// request's headers are the next head's alone.
+    /// Header values reach the handlers without the spaces and tabs around
+    /// them (httparse strips most, `collect_headers` the rest), an empty one
+    /// as empty, and a head that is not UTF-8 with its invalid bytes made
+    /// U+FFFD; a recycled request's headers are the next head's alone.
     #[test]
     fn header_values_are_trimmed_whether_or_not_the_head_is_utf8() {
         let raw = b"GET /a HTTP/1.1\r\nHost:h\r\nX-A: \t spaced \t \r\nX-B:\r\nx-ms-meta-k:  caf\xc3\xa9  \r\n\r\n\
