@@ -51,6 +51,12 @@ struct Args {
     /// of how the rate answers per-request work (docs/benchmarks.md).
     #[arg(long, default_value_t = 0.0)]
     work_us: f64,
+    /// KiB of memory each connection writes, one byte a cache line, per
+    /// request: what the memory a server touches per connection costs,
+    /// apart from its instructions (docs/benchmarks.md, "Fewer
+    /// instructions, more time: a put at 256 connections").
+    #[arg(long, default_value_t = 0)]
+    touch_kb: usize,
     /// Log every group commit that took at least this long, to stderr, as
     /// Hematite logs its own (its `--slow-commit-ms`, 50 ms by default): so a stall of the
     /// device in an open-loop run can be told from a stall of Hematite's.
@@ -97,13 +103,14 @@ async fn serve(args: Args) -> std::io::Result<()> {
     };
     let answers = Rc::new(Answers::new());
     let work = std::time::Duration::from_secs_f64(args.work_us.max(0.0) / 1e6);
+    let touch = args.touch_kb;
     let listener = TcpListener::bind(&args.addr)?;
     println!("ceiling ready on {} (durable: {})", args.addr, log.is_some());
     loop {
         let stream = listener.accept().await?;
         let (log, answers) = (log.clone(), answers.clone());
         glommio::spawn_local(async move {
-            let _ = connection(stream, log, answers, work).await;
+            let _ = connection(stream, log, answers, work, touch).await;
         })
         .detach();
     }
@@ -115,7 +122,9 @@ async fn connection(
     log: Option<Rc<Log>>,
     answers: Rc<Answers>,
     work: std::time::Duration,
+    touch_kb: usize,
 ) -> std::io::Result<()> {
+    let mut touched = vec![0u8; touch_kb.saturating_mul(1024)];
     stream.set_nodelay(true)?;
     let mut buf = vec![0u8; 64 * 1024];
     let (mut start, mut end) = (0usize, 0usize);
@@ -130,6 +139,10 @@ async fn connection(
                     std::hint::spin_loop();
                 }
             }
+            for line in touched.chunks_mut(64) {
+                line[0] = line[0].wrapping_add(1);
+            }
+            std::hint::black_box(&touched);
             if let (Some(log), Some(body)) = (&log, body) {
                 wait_for = Some(log.append(&buf[start + len - body..start + len]));
             }
