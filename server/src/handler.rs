@@ -208,8 +208,8 @@ enum Authenticated<'t> {
     Now(Principal<'t>),
     /// A service SAS, its signature verified, that names a stored access
     /// policy: granted once the policy is read ([`PolicyGrant::grant`]).
-    /// Boxed, so the common answer is a few words to move, not the SAS's
-    /// dozen fields.
+    /// Boxed, so every answer moves as few bytes as an error does, not
+    /// the SAS's dozen fields.
     Later(Box<PolicyGrant<'t>>),
 }
 

@@ -2,8 +2,12 @@
 service SAS (permissions, expiry, stored policies), account SAS (services,
 resource types, permissions), bearer, anonymous, unknown accounts."""
 
+import base64
+import hashlib
+import hmac
 from datetime import datetime, timedelta, timezone
 from email.utils import formatdate
+from urllib.parse import urlencode
 
 import pytest
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
@@ -103,6 +107,20 @@ def test_stored_access_policy_grants_and_revokes(server, queue):
     queue.set_queue_access_policy(signed_identifiers={})
     with pytest.raises(ClientAuthenticationError):
         q.peek_messages()
+
+
+def test_stored_policy_sas_on_the_service_is_refused(raw):
+    # A service SAS signed for no queue that names a stored policy: there is
+    # no queue to hold the policy, so it matches none (the handler grants
+    # such a SAS only after reading the policy from its queue's shard).
+    # Built by hand: the SDK will not sign for an empty queue name. The
+    # service string to sign: sp, st, se, resource, si, sip, spr, sv.
+    sts = "\n".join(["", "", "", f"/queue/{ACCOUNT}/", "readers", "", "", "2026-10-06"])
+    sig = base64.b64encode(hmac.new(base64.b64decode(KEY), sts.encode(), hashlib.sha256).digest()).decode()
+    sas = urlencode({"sv": "2026-10-06", "si": "readers", "sig": sig})
+    status, headers, body = raw.request("GET", "/devstoreaccount1/", "comp=list&" + sas, sign=False)
+    assert (status, headers["x-ms-error-code"]) == (403, "AuthenticationFailed")
+    assert "does not match any stored access policy" in body
 
 
 def test_account_sas(server, qname):
