@@ -148,6 +148,12 @@ def queue(svc, qname):
         pass
 
 
+def signature(key, sts):
+    """Base64 HMAC-SHA256 of a string to sign under a base64 account key:
+    the signature of Shared Key, Shared Key Lite and every SAS."""
+    return base64.b64encode(hmac.new(base64.b64decode(key), sts.encode(), hashlib.sha256).digest()).decode()
+
+
 class Raw:
     """A minimal Shared Key client, written from the reference, for wire checks."""
 
@@ -172,7 +178,7 @@ class Raw:
         for k in sorted(params):
             resource += f"\n{k}:{','.join(sorted(params[k]))}"
         sts = "\n".join(lines) + "\n" + canon_headers + resource
-        sig = base64.b64encode(hmac.new(base64.b64decode(self.key), sts.encode(), hashlib.sha256).digest()).decode()
+        sig = signature(self.key, sts)
         return f"SharedKey {self.account}:{sig}"
 
     def sign_lite(self, method, path, query, headers):
@@ -184,7 +190,7 @@ class Raw:
             resource += f"?comp={comp}"
         sts = "\n".join([method, lower.get("content-md5", ""), lower.get("content-type", ""), ""]) + "\n"
         sts += "".join(f"{k}:{v}\n" for k, v in ms) + resource
-        sig = base64.b64encode(hmac.new(base64.b64decode(self.key), sts.encode(), hashlib.sha256).digest()).decode()
+        sig = signature(self.key, sts)
         return f"SharedKeyLite {self.account}:{sig}"
 
     def request(self, method, path, query="", headers=None, body=b"", sign=True, lite=False, sign_path=None):
