@@ -3,7 +3,7 @@
 //! executor, as glommio runs a core's tasks: in the order they are woken.
 
 use engine::disk::sim::{CrashMode, Faults, SimDisk};
-use engine::wal::record::Record;
+use engine::wal::record::{MessageState, Record};
 use engine::wal::{Wal, WalConfig};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -291,4 +291,95 @@ fn a_segment_preparation_dropped_mid_write_poisons_the_log() {
         assert!(matches!(r, Err(engine::error::StorageError::Poisoned(_))), "{r:?}");
     });
     assert!(second.poll(), "the next reserve returns at once");
+}
+
+/// A waiter that waits to lead and is covered by the commit the next
+/// leader starts is not woken by that start: it would run only to listen
+/// again (a poll of a whole connection's future, every put at load). It is
+/// woken once, when the commit covering it ends.
+#[test]
+fn a_waiter_covered_by_the_commit_that_starts_is_woken_only_at_its_end() {
+    let disk = SimDisk::new();
+    let wal = open(&disk);
+    let waiter = |qid| {
+        let w = wal.clone();
+        let lsn = futures::executor::block_on(append(&w, qid));
+        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
+    };
+    // L leads commit 1 and stops inside it.
+    let mut l = waiter(1);
+    assert!(!l.poll(), "commit 1 in flight");
+    // A and B need the next commit: both wait to lead.
+    let mut a = waiter(2);
+    let mut b = waiter(3);
+    assert!(!a.poll() && !b.poll());
+    // Commit 1 ends and wakes A, the earliest, to lead; not B.
+    l.run_to_end();
+    assert!(a.woken() && !b.woken());
+    // A leads commit 2, which holds B's record too: B is not woken.
+    assert!(!a.poll(), "commit 2 in flight");
+    assert!(!b.woken(), "B was woken by a commit start that covers it");
+    // Commit 2 ends: now B is woken, and its record is durable.
+    a.run_to_end();
+    assert!(b.woken(), "B was not woken when the commit covering it ended");
+    assert!(b.poll(), "B's record is durable");
+    assert_eq!(wal.durable_lsn(), wal.last_lsn());
+}
+
+/// When the commit that starts does not cover everyone waiting to lead
+/// (the open batch filled, so later records wait in a batch behind it),
+/// they are all woken to check: the ones it does not cover must see that
+/// and one of them lead the commit after.
+#[test]
+fn waiters_a_starting_commit_does_not_cover_are_woken_to_check() {
+    let disk = SimDisk::new();
+    let wal = open(&disk);
+    let big = |qid: u64| {
+        let w = wal.clone();
+        let lsn = futures::executor::block_on(async {
+            w.reserve(1_000).await.expect("room");
+            w.append(&Record::MessagePut(MessageState {
+                qid,
+                seq: qid,
+                id: [0; 16],
+                inserted_ms: 0,
+                expires_ms: 0,
+                visible_ms: 0,
+                dequeue_count: 0,
+                receipt: 0,
+                body: vec![7u8; BIG].into(),
+            }))
+            .expect("appends")
+            .lsn
+        });
+        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
+    };
+    const BIG: usize = 60_000;
+    let mut l = big(1);
+    assert!(!l.poll(), "commit 1 in flight");
+    // More than one batch's bytes (MAX_COMMIT_BYTES) appended meanwhile.
+    let mut waiters: Vec<Probe> = (2..2 + 8 * 1024 * 1024 / BIG as u64).map(big).collect();
+    for p in &mut waiters {
+        assert!(!p.poll());
+    }
+    l.run_to_end();
+    let (first, rest) = waiters.split_first_mut().expect("waiters");
+    assert!(first.woken() && rest.iter().all(|p| !p.woken()), "one is woken to lead");
+    assert!(!first.poll(), "commit 2 in flight");
+    assert!(
+        rest.iter().all(|p| p.woken()),
+        "commit 2 holds only the first batch, yet the waiters were not woken to check"
+    );
+    for _ in 0..10_000 {
+        let mut ran = false;
+        for p in waiters.iter_mut().filter(|p| !p.done && p.woken()) {
+            p.poll();
+            ran = true;
+        }
+        if !ran {
+            break;
+        }
+    }
+    assert!(waiters.iter().all(|p| p.done), "a waiter was stranded");
+    assert_eq!(wal.durable_lsn(), wal.last_lsn());
 }

@@ -298,8 +298,11 @@ pub struct Wal<D: Disk> {
     /// Fired after every commit attempt and every segment preparation.
     changed: Wakeups,
     /// Waiters the commit in flight does not cover: one not yet woken is
-    /// woken to lead when a commit ends, all of them when a commit starts
-    /// (to wait on `changed` if it covers them) or the log is poisoned. A
+    /// woken to lead when a commit ends; when a commit starts, all of them
+    /// are moved to `changed` if it covers every LSN appended, or else
+    /// woken (to wait on `changed` if it covers them); all are woken if the
+    /// log is poisoned. `changed` is woken only by `wake_all`, as
+    /// [`Wakeups::hand_over_to`] requires. A
     /// waiter woken to lead that is dropped before it runs passes that
     /// wake-up on to one not yet woken ([`wakeups`]), so the role is never
     /// lost with a task.
@@ -843,14 +846,24 @@ impl<D: Disk> Wal<D> {
                     debug_assert!(batch.last_lsn > st.durable_lsn, "a batch is written once");
                     st.committing = true;
                     st.committing_upto = batch.last_lsn;
-                    Ok(batch)
+                    // Every waiter's LSN was appended, so when this batch
+                    // ends at the last LSN appended, it covers them all.
+                    let covers_all = st.next_lsn - 1 == batch.last_lsn;
+                    Ok((batch, covers_all))
                 }
             };
             let listener = match step {
-                Ok(batch) => {
-                    // Whoever waited to lead now waits on `changed` if this
-                    // commit covers it, or again to lead the one after.
-                    self.next_leader.wake_all();
+                Ok((batch, covers_all)) => {
+                    // Whoever waited to lead now waits for this commit's
+                    // end if it covers them, or again to lead the one
+                    // after. When it covers all of them (the usual case:
+                    // the open batch was just closed), they are moved to
+                    // `changed` unwoken; otherwise each is woken to check.
+                    if covers_all {
+                        self.next_leader.hand_over_to(&self.changed);
+                    } else {
+                        self.next_leader.wake_all();
+                    }
                     // Boxed: one allocation per group commit keeps the
                     // commit's state (1,368 bytes of futures down to the
                     // blocking pool, by `-Zprint-type-sizes`) out of every

@@ -1,5 +1,6 @@
 //! A wake-up list for the tasks of one core: the part of `event_listener`
 //! the commit protocol uses (listen, wake every listener, wake one more),
+//! plus one it lacks (hand the waiting listeners to another list unwoken),
 //! without its atomics and lock. The log is owned by one shard, so nothing
 //! here is shared across threads; the thread-safe list was about a thousand
 //! instructions of every put (two listeners per put, two notifications per
@@ -74,6 +75,24 @@ impl Wakeups {
             slot.wake(SlotState::Woken);
         }
         *self.spare.borrow_mut() = woken;
+    }
+
+    /// Moves every listener not yet woken to the end of `to`'s list, in
+    /// order, waking none: they now wait for `to`'s next wake-up instead.
+    /// The group commit's leader uses it when its commit covers everyone
+    /// waiting to lead, who would otherwise each run once only to listen
+    /// again, a whole poll of a connection's future a put (docs/benchmarks.md,
+    /// "A wake-up fewer a put"). `to` must be woken only by
+    /// [`Wakeups::wake_all`]: a listener woken by `to.wake_one_more()` and
+    /// dropped unobserved would pass that wake-up on in this list.
+    pub fn hand_over_to(&self, to: &Wakeups) {
+        assert!(!std::ptr::eq(self, to), "a list is handed over to another");
+        let mut from = self.waiting.borrow_mut();
+        // A slot whose listener is gone is dropped here, as `wake_all`
+        // would: no one waits on it.
+        to.waiting
+            .borrow_mut()
+            .extend(from.drain(..).filter(|s| s.state.get() != SlotState::Gone));
     }
 
     /// Wakes the earliest listener not yet woken, if there is one.
@@ -211,6 +230,34 @@ mod tests {
         assert!(!poll(&mut c, &waker), "a reused slot starts waiting");
         ev.wake_all();
         assert!(poll(&mut c, &waker));
+    }
+
+    #[test]
+    fn a_handed_over_listener_waits_for_the_other_lists_wake_up() {
+        let (from, to) = (Wakeups::default(), Wakeups::default());
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut a = from.listen();
+        let gone = from.listen();
+        let mut b = to.listen();
+        assert!(!poll(&mut a, &waker) && !poll(&mut b, &waker));
+        drop(gone);
+        from.hand_over_to(&to);
+        assert!(from.waiting.borrow().is_empty());
+        assert_eq!(to.waiting.borrow().len(), 2, "the gone listener is not carried over");
+        from.wake_all();
+        from.wake_one_more();
+        assert_eq!(count.0.load(Ordering::Relaxed), 0, "nothing woke a");
+        assert!(!poll(&mut a, &waker));
+        to.wake_all();
+        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+        assert!(poll(&mut a, &waker) && poll(&mut b, &waker));
+        drop(a);
+        assert_eq!(
+            from.free.borrow().len(),
+            1,
+            "a's slot is reused by the list it listened on"
+        );
     }
 
     #[test]
