@@ -328,8 +328,10 @@ fn a_waiter_covered_by_the_commit_that_starts_is_woken_only_at_its_end() {
 
 /// When the commit that starts does not cover everyone waiting to lead
 /// (the open batch filled, so later records wait in a batch behind it),
-/// they are all woken to check: the ones it does not cover must see that
-/// and one of them lead the commit after.
+/// they are all woken to check, so the ones it does not cover listen to
+/// lead again and the earliest is woken first when it ends (handed over
+/// with the rest, they would still be woken by its end, but with no one
+/// chosen to lead ahead of the covered waiters' answers).
 #[test]
 fn waiters_a_starting_commit_does_not_cover_are_woken_to_check() {
     let disk = SimDisk::new();

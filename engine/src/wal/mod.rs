@@ -858,7 +858,9 @@ impl<D: Disk> Wal<D> {
                     // end if it covers them, or again to lead the one
                     // after. When it covers all of them (the usual case:
                     // the open batch was just closed), they are moved to
-                    // `changed` unwoken; otherwise each is woken to check.
+                    // `changed` unwoken; otherwise each is woken to check,
+                    // so the ones it does not cover stay in `next_leader`,
+                    // where the earliest is woken first when it ends.
                     if covers_all {
                         self.next_leader.hand_over_to(&self.changed);
                     } else {
