@@ -20,8 +20,12 @@ fn open(disk: &SimDisk) -> Rc<Wal<SimDisk>> {
 }
 
 async fn append(wal: &Wal<SimDisk>, qid: u64) -> u64 {
+    append_record(wal, &Record::QueueDeleted { qid }).await
+}
+
+async fn append_record(wal: &Wal<SimDisk>, rec: &Record) -> u64 {
     wal.reserve(1_000).await.expect("room");
-    wal.append(&Record::QueueDeleted { qid }).expect("appends").lsn
+    wal.append(rec).expect("appends").lsn
 }
 
 /// When a commit ends, a waiter it does not cover is woken to lead the next
@@ -178,6 +182,18 @@ impl Probe {
     }
 }
 
+/// A small record appended, and a task (not yet polled) waiting for it.
+fn waiter(wal: &Rc<Wal<SimDisk>>, qid: u64) -> Probe {
+    waiter_for(wal, Record::QueueDeleted { qid })
+}
+
+/// `rec` appended, and a task (not yet polled) waiting for it.
+fn waiter_for(wal: &Rc<Wal<SimDisk>>, rec: Record) -> Probe {
+    let w = wal.clone();
+    let lsn = futures::executor::block_on(append_record(&w, &rec));
+    Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
+}
+
 /// A waiter woken to lead may run only after another commit covered its
 /// record, and then return without leading. The waiter that still needs a
 /// commit must be woken regardless: counting the first one as "the" next
@@ -187,26 +203,20 @@ impl Probe {
 fn a_waiter_woken_to_lead_that_finds_its_record_durable_strands_no_one() {
     let disk = SimDisk::new();
     let wal = open(&disk);
-    // A record appended, and a task (not yet polled) waiting for it.
-    let waiter = |qid| {
-        let w = wal.clone();
-        let lsn = futures::executor::block_on(append(&w, qid));
-        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
-    };
     // L leads commit 1 and stops inside its fdatasync.
-    let mut l = waiter(1);
+    let mut l = waiter(&wal, 1);
     assert!(!l.poll(), "commit 1 in flight");
     // A needs the next commit: it waits to lead.
-    let mut a = waiter(2);
+    let mut a = waiter(&wal, 2);
     assert!(!a.poll());
     // Commit 1 ends and wakes A to lead, but A does not run yet.
     l.run_to_end();
     assert!(a.woken(), "A was chosen to lead");
     // M runs first and leads commit 2, which covers A's record.
-    let mut m = waiter(3);
+    let mut m = waiter(&wal, 3);
     assert!(!m.poll(), "commit 2 in flight");
     // C arrives during commit 2 and waits to lead commit 3.
-    let mut c = waiter(4);
+    let mut c = waiter(&wal, 4);
     assert!(!c.poll());
     // Commit 2 ends; A, still not run, finds its record durable.
     m.run_to_end();
@@ -301,17 +311,12 @@ fn a_segment_preparation_dropped_mid_write_poisons_the_log() {
 fn a_waiter_covered_by_the_commit_that_starts_is_woken_only_at_its_end() {
     let disk = SimDisk::new();
     let wal = open(&disk);
-    let waiter = |qid| {
-        let w = wal.clone();
-        let lsn = futures::executor::block_on(append(&w, qid));
-        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
-    };
     // L leads commit 1 and stops inside it.
-    let mut l = waiter(1);
+    let mut l = waiter(&wal, 1);
     assert!(!l.poll(), "commit 1 in flight");
     // A and B need the next commit: both wait to lead.
-    let mut a = waiter(2);
-    let mut b = waiter(3);
+    let mut a = waiter(&wal, 2);
+    let mut b = waiter(&wal, 3);
     assert!(!a.poll() && !b.poll());
     // Commit 1 ends and wakes A, the earliest, to lead; not B.
     l.run_to_end();
@@ -337,24 +342,18 @@ fn waiters_a_starting_commit_does_not_cover_are_woken_to_check() {
     let disk = SimDisk::new();
     let wal = open(&disk);
     let big = |qid: u64| {
-        let w = wal.clone();
-        let lsn = futures::executor::block_on(async {
-            w.reserve(1_000).await.expect("room");
-            w.append(&Record::MessagePut(MessageState {
-                qid,
-                seq: qid,
-                id: [0; 16],
-                inserted_ms: 0,
-                expires_ms: 0,
-                visible_ms: 0,
-                dequeue_count: 0,
-                receipt: 0,
-                body: vec![7u8; BIG].into(),
-            }))
-            .expect("appends")
-            .lsn
-        });
-        Probe::new(async move { w.wait_durable(lsn).await.expect("durable") })
+        let m = MessageState {
+            qid,
+            seq: qid,
+            id: [0; 16],
+            inserted_ms: 0,
+            expires_ms: 0,
+            visible_ms: 0,
+            dequeue_count: 0,
+            receipt: 0,
+            body: vec![7u8; BIG].into(),
+        };
+        waiter_for(&wal, Record::MessagePut(m))
     };
     const BIG: usize = 60_000;
     let mut l = big(1);
