@@ -250,7 +250,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     // then it keeps a deadline on every write and on the close.
     let (watch_id, watch) = reaper.register(fd);
     let unwatch = Unwatch(reaper, watch_id);
-    let mut out = Vec::with_capacity(4096);
+    // The answers not yet written: a buffer lent by the core
+    // (`crate::buffers`), taken for an answer and given back once written.
+    let mut out = Vec::new();
     let mut targets = TargetCache::default();
     if count.get() > ctx.limits.max_connections {
         // Over TLS this answer never arrives (no handshake happens): the
@@ -273,6 +275,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
         let keep = req.keep_alive() && !stop.load(Ordering::Relaxed);
         let head = req.method == "HEAD";
         let resp = handle_watching_peer(&ctx, &mut req, peer, &watch, &mut targets).await;
+        if out.capacity() == 0 {
+            out = crate::buffers::take_answer();
+        }
         resp.encode(&mut out, head, !keep);
         r.recycle(req);
         if !keep {
@@ -293,10 +298,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
                 drop(unwatch);
                 return;
             }
-            out.clear();
-            if out.capacity() > MAX_PENDING_RESPONSE_BYTES {
-                out = Vec::with_capacity(4096);
-            }
+            crate::buffers::give_answer(std::mem::take(&mut out));
         }
     }
     let answered = !out.is_empty();
@@ -495,27 +497,96 @@ mod tests {
         }
     }
 
+    /// Each write's address and bytes.
+    type Writes = Rc<RefCell<Vec<(usize, Vec<u8>)>>>;
+
+    /// A peer that sends `input` in one read, then closes, and records
+    /// where each write's bytes were.
+    struct OneShot {
+        input: Vec<u8>,
+        written_from: Writes,
+    }
+    impl AsyncRead for OneShot {
+        fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, b: &mut [u8]) -> Poll<std::io::Result<usize>> {
+            let n = self.input.len().min(b.len());
+            b[..n].copy_from_slice(&self.input[..n]);
+            self.input.drain(..n);
+            Poll::Ready(Ok(n))
+        }
+    }
+    impl AsyncWrite for OneShot {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
+            self.written_from.borrow_mut().push((b.as_ptr() as usize, b.to_vec()));
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn test_ctx() -> Rc<Ctx<SimDisk>> {
+        let shard = Shard::open(
+            SimDisk::new(),
+            engine::shard::ShardConfig::new(0),
+            Rc::new(ManualClock::new(1_800_000_000_000)),
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let service = Rc::new(crate::service::ServiceStore::open(dir.path().into(), true).unwrap());
+        Rc::new(Ctx {
+            router: crate::router::Router::join(None, Rc::new(shard), service, 0, 1).await,
+            accounts: Rc::default(),
+            limits: Default::default(),
+            addressing: Default::default(),
+            security: Default::default(),
+            tls: None,
+            request_log: false,
+        })
+    }
+
+    /// An answer is encoded into the core's answer buffer, the one given
+    /// back last, and the buffer is given back once the answer is written:
+    /// connections do not each keep one.
+    #[test]
+    fn answers_are_written_from_the_cores_buffer_and_it_is_given_back() {
+        futures::executor::block_on(async {
+            let ctx = test_ctx().await;
+            let lent = crate::buffers::take_answer();
+            let top = lent.as_ptr() as usize;
+            crate::buffers::give_answer(lent);
+            let written_from = Rc::new(RefCell::new(Vec::new()));
+            let peer = OneShot {
+                input: b"GET /devstoreaccount1?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec(),
+                written_from: written_from.clone(),
+            };
+            serve(
+                peer,
+                -1,
+                "127.0.0.1".parse().unwrap(),
+                ctx,
+                Arc::new(AtomicBool::new(false)),
+                Rc::new(ConnCount::default()),
+                Rc::new(Reaper::default()),
+                LargeBodies::new(0),
+            )
+            .await;
+            let writes = written_from.borrow();
+            assert_eq!(writes.len(), 1);
+            assert!(writes[0].1.starts_with(b"HTTP/1.1 "));
+            assert_eq!(writes[0].0, top, "the answer was not encoded into the core's buffer");
+            let again = crate::buffers::take_answer();
+            assert_eq!(again.as_ptr() as usize, top, "not given back");
+        });
+    }
+
     #[test]
     fn the_reaper_forgets_a_connection_before_its_socket_closes() {
         futures::executor::block_on(async {
-            let shard = Shard::open(
-                SimDisk::new(),
-                engine::shard::ShardConfig::new(0),
-                Rc::new(ManualClock::new(1_800_000_000_000)),
-            )
-            .await
-            .unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let service = Rc::new(crate::service::ServiceStore::open(dir.path().into(), true).unwrap());
-            let ctx = Rc::new(Ctx {
-                router: crate::router::Router::join(None, Rc::new(shard), service, 0, 1).await,
-                accounts: Rc::default(),
-                limits: Default::default(),
-                addressing: Default::default(),
-                security: Default::default(),
-                tls: None,
-                request_log: false,
-            });
+            let ctx = test_ctx().await;
             let reaper = Rc::new(Reaper::default());
             let seen = Rc::new(Cell::new(None));
             let peer = ClosingPeer {

@@ -574,11 +574,17 @@ enum Body {
 }
 
 /// A connection's read side: a buffer and the stream it refills from.
-/// Bytes `start..end` of `buf` are received and not yet consumed. The buffer
-/// is zeroed once and reused, so refilling it costs no memset.
+/// Bytes `start..end` of `buf` are received and not yet consumed. The
+/// buffer is the core's ([`crate::buffers`]): taken when bytes arrive,
+/// given back when the last of them is consumed, so a connection waiting
+/// for its next request holds none, and the next request read on this
+/// core reuses it, still in cache. Buffers are zeroed once, so refilling
+/// one costs no memset.
 ///
-/// Invariant: `start <= end <= buf.len()`. Every index below goes through
-/// [`Reader::pending`] and [`Reader::consume`], which keep it.
+/// Invariants: `start <= end <= buf.len()`. Every index below goes through
+/// [`Reader::pending`] and [`Reader::consume`], which keep it. A buffer is
+/// held only while `start < end` (or while a request larger than it is
+/// read): [`Reader::consume`] gives it back when the last byte goes.
 pub struct Reader<S> {
     pub stream: S,
     buf: Vec<u8>,
@@ -600,7 +606,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     pub fn new(stream: S) -> Self {
         Reader {
             stream,
-            buf: vec![0; READ_CHUNK],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             max_body: MAX_BODY_BYTES,
@@ -632,6 +638,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.buffered(), "consuming bytes that never arrived");
         self.start = self.start.saturating_add(n).min(self.end);
+        if self.start == self.end && !self.buf.is_empty() {
+            crate::buffers::give_read(std::mem::take(&mut self.buf));
+            self.start = 0;
+            self.end = 0;
+        }
     }
 
     /// The buffer's current capacity (for tests of the shrink rule).
@@ -675,7 +686,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         if self.buf.len() <= MAX_IDLE_READ_BUFFER || self.buffered() > READ_CHUNK {
             return;
         }
-        let mut small = vec![0; READ_CHUNK];
+        let mut small = crate::buffers::take_read();
         let n = self.buffered();
         if let Some(dst) = small.get_mut(..n) {
             dst.copy_from_slice(self.pending());
@@ -690,6 +701,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+        }
+        if self.buf.is_empty() {
+            return self.fill_lent().await;
         }
         if self.end == self.buf.len() {
             if self.start > 0 {
@@ -708,6 +722,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         let free = self.buf.get_mut(self.end..).unwrap_or_default();
         let n = self.stream.read(free).await?;
         self.end = self.end.saturating_add(n).min(self.buf.len());
+        Ok(n > 0)
+    }
+
+    /// Reads into a buffer lent by the core, held only if bytes arrive: one
+    /// taken and given back within each poll, so a connection that waits
+    /// for its peer holds none. The stream writes into the buffer only
+    /// when it answers Ready (`AsyncRead`), never while it waits.
+    async fn fill_lent(&mut self) -> io::Result<bool> {
+        debug_assert!(self.buf.is_empty() && self.start == 0 && self.end == 0);
+        let n = std::future::poll_fn(|cx| {
+            let mut lent = crate::buffers::take_read();
+            let read = std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut lent);
+            match read {
+                std::task::Poll::Ready(Ok(n)) if n > 0 => self.buf = lent,
+                _ => crate::buffers::give_read(lent),
+            }
+            read
+        })
+        .await?;
+        self.end = n.min(self.buf.len());
         Ok(n > 0)
     }
 
@@ -1387,6 +1421,64 @@ mod tests {
         }
         let old = b"GET / HTTP/1.0\r\n\r\n";
         assert!(block_on(reader(old, 4096).next_request()).unwrap().is_some());
+    }
+
+    /// A connection holds a read buffer only while bytes wait in it: one
+    /// that read a whole request gives it back, and the next connection
+    /// reads into that same buffer; one left with the first bytes of a
+    /// pipelined request keeps them, intact, while another reads; one
+    /// whose peer has sent nothing holds none while it waits.
+    #[test]
+    fn read_buffers_are_lent_only_while_bytes_wait_in_them() {
+        let put = b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc";
+        let get = |t: &str| format!("GET /{t} HTTP/1.1\r\nHost: h\r\n\r\n").into_bytes();
+        block_on(async {
+            let mut a = reader(put, 4096);
+            assert_eq!(a.next_request().await.unwrap().unwrap().body, b"abc");
+            assert_eq!(a.capacity(), 0, "nothing buffered, no buffer held");
+            let lent = crate::buffers::take_read();
+            let first = lent.as_ptr();
+            crate::buffers::give_read(lent);
+
+            // `b` reads its request and the first bytes of the next one.
+            let mut raw = put.to_vec();
+            raw.extend_from_slice(&get("b"));
+            let mut b = reader(&raw, put.len() + 5);
+            assert_eq!(b.next_request().await.unwrap().unwrap().body, b"abc");
+            assert_eq!((b.capacity(), b.buffered()), (READ_CHUNK, 5));
+            assert_eq!(b.buf.as_ptr(), first, "the buffer given back is the next one lent");
+            let mut c = reader(&get("c"), 4096);
+            assert_eq!(c.next_request().await.unwrap().unwrap().target, "/c");
+            assert_eq!(b.next_request().await.unwrap().unwrap().target, "/b");
+            assert_eq!(b.capacity(), 0);
+        });
+
+        /// A peer that has sent nothing yet.
+        struct Silent;
+        impl AsyncRead for Silent {
+            fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut [u8]) -> Poll<io::Result<usize>> {
+                Poll::Pending
+            }
+        }
+        impl AsyncWrite for Silent {
+            fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
+                Poll::Ready(Ok(b.len()))
+            }
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+        }
+        let mut waiting = Reader::new(Silent);
+        let lent = crate::buffers::take_read();
+        let top = lent.as_ptr();
+        crate::buffers::give_read(lent);
+        assert!(block_on(futures_lite::future::poll_once(waiting.wait_for_request())).is_none());
+        assert_eq!(waiting.capacity(), 0, "a waiting connection holds no buffer");
+        let again = crate::buffers::take_read();
+        assert_eq!(again.as_ptr(), top, "the buffer it tried was given back");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - [`runtime`]: one executor per shard, the listeners, readiness and shutdown.
 //! - [`conn`]: one connection: framing, pipelining, timeouts.
 //! - [`http`]: our HTTP/1.1 on httparse (requests, bodies, responses).
+//! - [`buffers`]: read and answer buffers a core lends its connections
+//!   only while bytes are in them.
 //! - [`handler`]: from request to response: addressing, version, auth,
 //!   then the operation.
 //! - [`addressing`]: which account, queue and message a request names.
@@ -34,6 +36,7 @@ pub mod addressing;
 pub mod admin;
 pub mod allocator;
 pub mod auth;
+pub mod buffers;
 pub mod config;
 pub mod conn;
 pub mod error;

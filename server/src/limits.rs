@@ -71,6 +71,15 @@ pub const REAPER_TICK: Duration = Duration::from_millis(250);
 pub const LONG_REQUEST: Duration = Duration::from_secs(1);
 /// Read buffer growth step, and the size an idle connection's buffer returns to.
 pub const READ_CHUNK: usize = 16 * 1024;
+/// An answer buffer's first capacity: a put's or a metadata answer fits.
+pub const ANSWER_CHUNK: usize = 4 * 1024;
+/// Idle read and answer buffers each core keeps for its connections
+/// (`buffers`): the ones in use at once are those of connections with
+/// bytes still unread or unwritten, a few under load.
+pub const MAX_POOLED_BUFFERS: usize = 16;
+/// An answer buffer that grew past this (a large Get or Peek) is freed
+/// once written, not kept for the next answer.
+pub const MAX_POOLED_ANSWER_BYTES: usize = 64 * 1024;
 /// A read buffer that grew past this (one large body) is given back between
 /// requests, so idle connections do not keep their largest request's memory.
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;

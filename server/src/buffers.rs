@@ -1,0 +1,118 @@
+//! Read and answer buffers a core lends its connections only while bytes
+//! are in them.
+//!
+//! Why: with a 16 KiB read buffer and a 4 KiB answer buffer of its own,
+//! every connection's request and answer pass through memory no other
+//! connection touches, so at 64 connections each put wrote cache lines
+//! that had gone cold since that connection's last request, in a core's
+//! L2 of 512 KiB (docs/benchmarks.md, "The same system calls, far more
+//! memory"). A connection that has nothing buffered holds no buffer: it
+//! takes one when bytes arrive and gives it back when they are consumed
+//! or written. The pools are last in, first out, so the buffer given back
+//! by one request is the one the next takes, still in cache.
+//!
+//! Owned by one core: each pool is a thread-local, and each core's
+//! executor is one thread. A buffer is only ever taken and given back
+//! within one poll, with no borrow of the pool held across an await.
+
+use crate::limits::{ANSWER_CHUNK, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS, READ_CHUNK};
+use std::cell::RefCell;
+
+thread_local! {
+    /// Read buffers of exactly `READ_CHUNK` bytes, zeroed once.
+    static READ: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Empty answer buffers of `ANSWER_CHUNK` to `MAX_POOLED_ANSWER_BYTES`
+    /// bytes of capacity.
+    static ANSWER: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A read buffer of `READ_CHUNK` bytes: the last one given back, or a new one.
+pub fn take_read() -> Vec<u8> {
+    let buf = READ
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0; READ_CHUNK]);
+    debug_assert_eq!(buf.len(), READ_CHUNK);
+    buf
+}
+
+/// Gives back a read buffer whose bytes are all consumed. One that grew
+/// (a large request) is freed, as are those past the pool's bound.
+pub fn give_read(buf: Vec<u8>) {
+    if buf.len() != READ_CHUNK {
+        return;
+    }
+    READ.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < MAX_POOLED_BUFFERS {
+            p.push(buf);
+        }
+    });
+}
+
+/// An empty answer buffer: the last one given back, or a new one.
+pub fn take_answer() -> Vec<u8> {
+    let buf = ANSWER
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(ANSWER_CHUNK));
+    debug_assert!(buf.is_empty());
+    buf
+}
+
+/// Gives back an answer buffer whose bytes are written. One that grew
+/// past `MAX_POOLED_ANSWER_BYTES` (a large Get or Peek) is freed.
+pub fn give_answer(mut buf: Vec<u8>) {
+    if buf.capacity() < ANSWER_CHUNK || buf.capacity() > MAX_POOLED_ANSWER_BYTES {
+        return;
+    }
+    buf.clear();
+    ANSWER.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < MAX_POOLED_BUFFERS {
+            p.push(buf);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pools are last in, first out (the buffer given back is the next
+    /// taken, still in cache), keep only buffers of their own sizes, and
+    /// hold at most `MAX_POOLED_BUFFERS` each.
+    #[test]
+    fn the_last_buffer_given_back_is_the_next_taken_and_odd_sizes_are_freed() {
+        let (a, b) = (take_read(), take_read());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        give_read(a);
+        give_read(b);
+        let (b, a) = (take_read(), take_read());
+        assert_eq!((b.as_ptr(), a.as_ptr()), (pb, pa));
+        drop((a, b));
+
+        let mut grown = take_read();
+        grown.resize(2 * READ_CHUNK, 0);
+        give_read(grown);
+        assert_eq!(READ.with(|p| p.borrow().len()), 0, "a grown read buffer is freed");
+
+        let mut answer = take_answer();
+        answer.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        let pa = answer.as_ptr();
+        give_answer(answer);
+        let again = take_answer();
+        assert!(
+            again.is_empty() && again.as_ptr() == pa,
+            "given back cleared, taken again"
+        );
+        give_answer(Vec::with_capacity(MAX_POOLED_ANSWER_BYTES + 1));
+        give_answer(Vec::new());
+        assert_eq!(ANSWER.with(|p| p.borrow().len()), 0, "odd capacities are freed");
+
+        for _ in 0..MAX_POOLED_BUFFERS + 3 {
+            give_read(vec![0; READ_CHUNK]);
+            give_answer(Vec::with_capacity(ANSWER_CHUNK));
+        }
+        assert_eq!(READ.with(|p| p.borrow().len()), MAX_POOLED_BUFFERS);
+        assert_eq!(ANSWER.with(|p| p.borrow().len()), MAX_POOLED_BUFFERS);
+    }
+}
