@@ -11,34 +11,41 @@
 //! or written. The pools are last in, first out, so the buffer given back
 //! by one request is the one the next takes, still in cache.
 //!
+//! A buffer with bytes in it stays with its connection across awaits (a
+//! partial head, an answer to a slow reader); a read that finds nothing
+//! takes a buffer and gives it back within the same poll.
+//!
 //! Owned by one core: each pool is a thread-local, and each core's
-//! executor is one thread. A buffer is only ever taken and given back
-//! within one poll, with no borrow of the pool held across an await.
+//! executor is one thread. No borrow of a pool is held across an await.
 
-use crate::limits::{ANSWER_CHUNK, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS, READ_CHUNK};
+use crate::limits::{ANSWER_CHUNK, MAX_IDLE_READ_BUFFER, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS, READ_CHUNK};
 use std::cell::RefCell;
 
 thread_local! {
-    /// Read buffers of exactly `READ_CHUNK` bytes, zeroed once.
+    /// Read buffers of `READ_CHUNK` to `MAX_IDLE_READ_BUFFER` bytes, zeroed
+    /// once: a buffer that grew for a request of up to 64 KiB is kept at
+    /// its size, so the next such request neither grows nor zeroes one.
     static READ: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
     /// Empty answer buffers of `ANSWER_CHUNK` to `MAX_POOLED_ANSWER_BYTES`
     /// bytes of capacity.
     static ANSWER: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A read buffer of `READ_CHUNK` bytes: the last one given back, or a new one.
+/// A read buffer of at least `READ_CHUNK` bytes (its whole length is
+/// usable): the last one given back, or a new one.
 pub fn take_read() -> Vec<u8> {
     let buf = READ
         .with(|p| p.borrow_mut().pop())
         .unwrap_or_else(|| vec![0; READ_CHUNK]);
-    debug_assert_eq!(buf.len(), READ_CHUNK);
+    debug_assert!((READ_CHUNK..=MAX_IDLE_READ_BUFFER).contains(&buf.len()));
     buf
 }
 
 /// Gives back a read buffer whose bytes are all consumed. One that grew
-/// (a large request) is freed, as are those past the pool's bound.
+/// past `MAX_IDLE_READ_BUFFER` (a large body) is freed, as are those past
+/// the pool's bound.
 pub fn give_read(buf: Vec<u8>) {
-    if buf.len() != READ_CHUNK {
+    if !(READ_CHUNK..=MAX_IDLE_READ_BUFFER).contains(&buf.len()) {
         return;
     }
     READ.with(|p| {
@@ -91,9 +98,20 @@ mod tests {
         drop((a, b));
 
         let mut grown = take_read();
-        grown.resize(2 * READ_CHUNK, 0);
+        grown.resize(MAX_IDLE_READ_BUFFER, 0);
+        let pg = grown.as_ptr();
         give_read(grown);
-        assert_eq!(READ.with(|p| p.borrow().len()), 0, "a grown read buffer is freed");
+        let kept = take_read();
+        assert_eq!(
+            (kept.as_ptr(), kept.len()),
+            (pg, MAX_IDLE_READ_BUFFER),
+            "kept at its size"
+        );
+        let mut large = kept;
+        large.resize(MAX_IDLE_READ_BUFFER + 1, 0);
+        give_read(large);
+        give_read(vec![0; READ_CHUNK - 1]);
+        assert_eq!(READ.with(|p| p.borrow().len()), 0, "larger and smaller ones are freed");
 
         let mut answer = take_answer();
         answer.extend_from_slice(b"HTTP/1.1 200 OK\r\n");

@@ -251,7 +251,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     let (watch_id, watch) = reaper.register(fd);
     let unwatch = Unwatch(reaper, watch_id);
     // The answers not yet written: a buffer lent by the core
-    // (`crate::buffers`), taken for an answer and given back once written.
+    // (`crate::buffers`), taken for an answer and given back once written
+    // (freed instead if the write fails or the connection was refused).
     let mut out = Vec::new();
     let mut targets = TargetCache::default();
     if count.get() > ctx.limits.max_connections {
@@ -305,6 +306,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     if answered {
         let _ = write_before(&watch, ctx.limits.request_timeout, &mut r.stream, &out).await;
     }
+    crate::buffers::give_answer(out);
     close_before(&watch, ctx.limits.request_timeout, &mut r.stream).await;
     if answered {
         // Boxed: its 4 KiB of state is needed once, at the end, and would
@@ -527,7 +529,9 @@ mod tests {
         }
     }
 
-    async fn test_ctx() -> Rc<Ctx<SimDisk>> {
+    /// A core's context on a simulated disk, and the directory its service
+    /// properties live in (removed when dropped).
+    async fn test_ctx() -> (Rc<Ctx<SimDisk>>, tempfile::TempDir) {
         let shard = Shard::open(
             SimDisk::new(),
             engine::shard::ShardConfig::new(0),
@@ -537,7 +541,7 @@ mod tests {
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let service = Rc::new(crate::service::ServiceStore::open(dir.path().into(), true).unwrap());
-        Rc::new(Ctx {
+        let ctx = Rc::new(Ctx {
             router: crate::router::Router::join(None, Rc::new(shard), service, 0, 1).await,
             accounts: Rc::default(),
             limits: Default::default(),
@@ -545,7 +549,8 @@ mod tests {
             security: Default::default(),
             tls: None,
             request_log: false,
-        })
+        });
+        (ctx, dir)
     }
 
     /// An answer is encoded into the core's answer buffer, the one given
@@ -554,7 +559,7 @@ mod tests {
     #[test]
     fn answers_are_written_from_the_cores_buffer_and_it_is_given_back() {
         futures::executor::block_on(async {
-            let ctx = test_ctx().await;
+            let (ctx, _dir) = test_ctx().await;
             let lent = crate::buffers::take_answer();
             let top = lent.as_ptr() as usize;
             crate::buffers::give_answer(lent);
@@ -586,7 +591,7 @@ mod tests {
     #[test]
     fn the_reaper_forgets_a_connection_before_its_socket_closes() {
         futures::executor::block_on(async {
-            let ctx = test_ctx().await;
+            let (ctx, _dir) = test_ctx().await;
             let reaper = Rc::new(Reaper::default());
             let seen = Rc::new(Cell::new(None));
             let peer = ClosingPeer {

@@ -583,8 +583,9 @@ enum Body {
 ///
 /// Invariants: `start <= end <= buf.len()`. Every index below goes through
 /// [`Reader::pending`] and [`Reader::consume`], which keep it. A buffer is
-/// held only while `start < end` (or while a request larger than it is
-/// read): [`Reader::consume`] gives it back when the last byte goes.
+/// held only while `start < end`: [`Reader::consume`] gives it back when
+/// the last byte goes. Bytes past `end` are another request's, perhaps
+/// another connection's, and are never read.
 pub struct Reader<S> {
     pub stream: S,
     buf: Vec<u8>,
@@ -599,6 +600,9 @@ pub struct Reader<S> {
     permit: Option<BodyPermit>,
     /// The last request's buffers, emptied, for the next one ([`Reader::recycle`]).
     spare: Option<Request>,
+    /// The longest the read buffer grew to (for tests of the growth bounds).
+    #[cfg(test)]
+    largest: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
@@ -613,6 +617,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             large: LargeBodies::new(0),
             permit: None,
             spare: None,
+            #[cfg(test)]
+            largest: 0,
         }
     }
 
@@ -645,7 +651,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         }
     }
 
-    /// The buffer's current capacity (for tests of the shrink rule).
+    /// The buffer's current length (for tests: 0 when none is held).
     pub fn capacity(&self) -> usize {
         self.buf.len()
     }
@@ -679,9 +685,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         self.fill().await
     }
 
-    /// Gives back a buffer that one large request grew, once what is left
-    /// fits the normal size: an idle connection holds `READ_CHUNK` bytes, not
-    /// the largest body it ever sent.
+    /// Moves the bytes left after a large request (pipelined ones) out of
+    /// the buffer it grew, once they fit a normal one, so the connection
+    /// does not keep its largest body's memory while they wait. A buffer
+    /// emptied is given back by [`Reader::consume`]; this is for the rest.
     fn shrink(&mut self) {
         if self.buf.len() <= MAX_IDLE_READ_BUFFER || self.buffered() > READ_CHUNK {
             return;
@@ -698,10 +705,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
 
     /// Reads more bytes. Ok(false) on a clean EOF.
     async fn fill(&mut self) -> io::Result<bool> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
+        debug_assert!(self.buf.is_empty() || self.start < self.end, "an empty buffer is held");
         if self.buf.is_empty() {
             return self.fill_lent().await;
         }
@@ -717,6 +721,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                 // bodies, and chunks, never wait in the buffer whole.
                 let len = self.buf.len().saturating_mul(2);
                 self.buf.resize(len, 0);
+                #[cfg(test)]
+                {
+                    self.largest = self.largest.max(len);
+                }
             }
         }
         let free = self.buf.get_mut(self.end..).unwrap_or_default();
@@ -735,7 +743,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             let mut lent = crate::buffers::take_read();
             let read = std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut lent);
             match read {
-                std::task::Poll::Ready(Ok(n)) if n > 0 => self.buf = lent,
+                std::task::Poll::Ready(Ok(n)) if n > 0 => {
+                    #[cfg(test)]
+                    {
+                        self.largest = self.largest.max(lent.len());
+                    }
+                    self.buf = lent;
+                }
                 _ => crate::buffers::give_read(lent),
             }
             read
@@ -1481,6 +1495,19 @@ mod tests {
         assert_eq!(again.as_ptr(), top, "the buffer it tried was given back");
     }
 
+    /// A lent buffer keeps the bytes of the connection that gave it back;
+    /// the next one to read into it sees only its own. Here they would
+    /// complete its partial head.
+    #[test]
+    fn bytes_another_connection_left_in_a_lent_buffer_are_never_read() {
+        block_on(async {
+            let mut a = reader(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n", 4096);
+            assert_eq!(a.next_request().await.unwrap().unwrap().target, "/a");
+            let mut b = reader(b"GET /b HT", 4096);
+            assert_eq!(b.next_request().await.unwrap_err().0, FrameError::Incomplete);
+        });
+    }
+
     #[test]
     fn a_grown_read_buffer_is_given_back_between_requests() {
         let body = vec![b'x'; 100_000];
@@ -1509,7 +1536,7 @@ mod tests {
         block_on(async {
             let req = r.next_request().await.unwrap().unwrap();
             assert_eq!(req.body, body);
-            assert!(r.capacity() <= 2 * READ_CHUNK, "read buffer grew to {}", r.capacity());
+            assert!(r.largest <= 2 * READ_CHUNK, "read buffer grew to {}", r.largest);
             assert_eq!(pool.free(), 0, "the body holds its share until the next request");
             // The pipelined request after it is intact.
             assert!(r.wait_for_request().await.unwrap());
@@ -1551,7 +1578,7 @@ mod tests {
             let mut r = reader(&raw, step).with_body_limit(big, pool.clone());
             let req = block_on(r.next_request()).unwrap().unwrap();
             assert_eq!(req.body.len(), 2 * MAX_BODY_BYTES);
-            assert!(r.capacity() <= 2 * READ_CHUNK, "read buffer grew to {}", r.capacity());
+            assert!(r.largest <= 2 * READ_CHUNK, "read buffer grew to {}", r.largest);
             assert_eq!(pool.free(), 0);
             // Without room, the second chunk is refused.
             let mut r = reader(&raw, step).with_body_limit(big, LargeBodies::new(big - 1));

@@ -69,19 +69,25 @@ pub const REAPER_TICK: Duration = Duration::from_millis(250);
 /// every reaper tick: if the peer closed, the request is dropped, so a
 /// waiter whose client left does not take the next message.
 pub const LONG_REQUEST: Duration = Duration::from_secs(1);
-/// Read buffer growth step, and the size an idle connection's buffer returns to.
+/// A read buffer's first size and growth step. A connection with no
+/// bytes waiting holds no read buffer (`buffers`).
 pub const READ_CHUNK: usize = 16 * 1024;
 /// An answer buffer's first capacity: a put's or a metadata answer fits.
 pub const ANSWER_CHUNK: usize = 4 * 1024;
 /// Idle read and answer buffers each core keeps for its connections
-/// (`buffers`): the ones in use at once are those of connections with
-/// bytes still unread or unwritten, a few under load.
+/// (`buffers`). A connection holds one only while it has bytes unread or
+/// unwritten, so under load most requests take and give back the same
+/// one; the rest cover the few connections caught mid-request (a partial
+/// head, a slow reader) without an allocation each. At most 16 × 64 KiB
+/// of each kind stays with a core.
 pub const MAX_POOLED_BUFFERS: usize = 16;
 /// An answer buffer that grew past this (a large Get or Peek) is freed
 /// once written, not kept for the next answer.
 pub const MAX_POOLED_ANSWER_BYTES: usize = 64 * 1024;
-/// A read buffer that grew past this (one large body) is given back between
-/// requests, so idle connections do not keep their largest request's memory.
+/// A read buffer that grew up to this (requests of up to 64 KiB) goes back
+/// to the core's pool as it is, so such requests do not grow a buffer each;
+/// one that grew past it (a large body in one piece) is freed, and if
+/// pipelined bytes are left in it, they move to a buffer of `READ_CHUNK`.
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
 /// A finished request's buffers (method, target, headers, body) are kept
 /// for the connection's next request when their capacities add up to at
