@@ -252,7 +252,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin, D: engine::disk::Disk>(
     let unwatch = Unwatch(reaper, watch_id);
     // The answers not yet written: a buffer lent by the core
     // (`crate::buffers`), taken for an answer and given back once written
-    // (freed instead if the write fails or the connection was refused).
+    // (freed instead if a write fails mid-connection or the connection was
+    // refused; given back cleared after the last write, whatever its result).
     let mut out = Vec::new();
     let mut targets = TargetCache::default();
     if count.get() > ctx.limits.max_connections {

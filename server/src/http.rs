@@ -695,6 +695,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         }
         let mut small = crate::buffers::take_read();
         let n = self.buffered();
+        // Pooled buffers are at least `READ_CHUNK` long, and `n` is at most that.
+        debug_assert!(n <= small.len(), "pipelined bytes would be lost");
         if let Some(dst) = small.get_mut(..n) {
             dst.copy_from_slice(self.pending());
         }

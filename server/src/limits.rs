@@ -69,8 +69,8 @@ pub const REAPER_TICK: Duration = Duration::from_millis(250);
 /// every reaper tick: if the peer closed, the request is dropped, so a
 /// waiter whose client left does not take the next message.
 pub const LONG_REQUEST: Duration = Duration::from_secs(1);
-/// A read buffer's first size and growth step. A connection with no
-/// bytes waiting holds no read buffer (`buffers`).
+/// A read buffer's first size; it doubles while a request does not fit.
+/// A connection with no bytes waiting holds no read buffer (`buffers`).
 pub const READ_CHUNK: usize = 16 * 1024;
 /// An answer buffer's first capacity: a put's or a metadata answer fits.
 pub const ANSWER_CHUNK: usize = 4 * 1024;
@@ -87,7 +87,8 @@ pub const MAX_POOLED_ANSWER_BYTES: usize = 64 * 1024;
 /// A read buffer that grew up to this (requests of up to 64 KiB) goes back
 /// to the core's pool as it is, so such requests do not grow a buffer each;
 /// one that grew past it (a large body in one piece) is freed, and if
-/// pipelined bytes are left in it, they move to a buffer of `READ_CHUNK`.
+/// at most `READ_CHUNK` pipelined bytes are left in it, they move to a
+/// pooled buffer first.
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
 /// A finished request's buffers (method, target, headers, body) are kept
 /// for the connection's next request when their capacities add up to at
