@@ -20,6 +20,7 @@
 
 use crate::limits::{ANSWER_CHUNK, MAX_IDLE_READ_BUFFER, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS, READ_CHUNK};
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 thread_local! {
     /// Read buffers of `READ_CHUNK` to `MAX_IDLE_READ_BUFFER` bytes, zeroed
@@ -48,12 +49,7 @@ pub fn give_read(buf: Vec<u8>) {
     if !(READ_CHUNK..=MAX_IDLE_READ_BUFFER).contains(&buf.len()) {
         return;
     }
-    READ.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() < MAX_POOLED_BUFFERS {
-            p.push(buf);
-        }
-    });
+    park(&READ, buf);
 }
 
 /// An empty answer buffer: the last one given back, or a new one.
@@ -72,7 +68,12 @@ pub fn give_answer(mut buf: Vec<u8>) {
         return;
     }
     buf.clear();
-    ANSWER.with(|p| {
+    park(&ANSWER, buf);
+}
+
+/// Keeps `buf` in `pool` for the next taker, unless the pool is full.
+fn park(pool: &'static LocalKey<RefCell<Vec<Vec<u8>>>>, buf: Vec<u8>) {
+    pool.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < MAX_POOLED_BUFFERS {
             p.push(buf);

@@ -554,6 +554,22 @@ mod tests {
         (ctx, dir)
     }
 
+    /// Serves one connection from `peer` to its end on a core with no
+    /// other connections.
+    async fn serve_alone<S: AsyncRead + AsyncWrite + Unpin>(peer: S, ctx: Rc<Ctx<SimDisk>>, reaper: Rc<Reaper>) {
+        serve(
+            peer,
+            -1,
+            "127.0.0.1".parse().unwrap(),
+            ctx,
+            Arc::new(AtomicBool::new(false)),
+            Rc::new(ConnCount::default()),
+            reaper,
+            LargeBodies::new(0),
+        )
+        .await;
+    }
+
     /// An answer is encoded into the core's answer buffer, the one given
     /// back last, and the buffer is given back once the answer is written:
     /// connections do not each keep one.
@@ -569,17 +585,7 @@ mod tests {
                 input: b"GET /devstoreaccount1?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec(),
                 written_from: written_from.clone(),
             };
-            serve(
-                peer,
-                -1,
-                "127.0.0.1".parse().unwrap(),
-                ctx,
-                Arc::new(AtomicBool::new(false)),
-                Rc::new(ConnCount::default()),
-                Rc::new(Reaper::default()),
-                LargeBodies::new(0),
-            )
-            .await;
+            serve_alone(peer, ctx, Rc::default()).await;
             let writes = written_from.borrow();
             assert_eq!(writes.len(), 1);
             assert!(writes[0].1.starts_with(b"HTTP/1.1 "));
@@ -599,17 +605,7 @@ mod tests {
                 reaper: reaper.clone(),
                 closed_while_watched: seen.clone(),
             };
-            serve(
-                peer,
-                -1,
-                "127.0.0.1".parse().unwrap(),
-                ctx,
-                Arc::new(AtomicBool::new(false)),
-                Rc::new(ConnCount::default()),
-                reaper.clone(),
-                LargeBodies::new(0),
-            )
-            .await;
+            serve_alone(peer, ctx, reaper.clone()).await;
             assert_eq!(
                 seen.get(),
                 Some(false),

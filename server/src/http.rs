@@ -1191,14 +1191,19 @@ mod tests {
     }
 
     /// An in-memory duplex stream: reads from `input` in small pieces, records writes.
+    /// Past the input, the peer closes, or with `silent` stays open sending nothing.
     struct Mock {
         input: Vec<u8>,
         pos: usize,
         step: usize,
         written: Vec<u8>,
+        silent: bool,
     }
     impl AsyncRead for Mock {
         fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            if self.silent && self.pos == self.input.len() {
+                return Poll::Pending;
+            }
             let n = self.step.min(buf.len()).min(self.input.len() - self.pos);
             let p = self.pos;
             buf[..n].copy_from_slice(&self.input[p..p + n]);
@@ -1225,6 +1230,7 @@ mod tests {
             pos: 0,
             step,
             written: vec![],
+            silent: false,
         })
     }
 
@@ -1469,25 +1475,9 @@ mod tests {
             assert_eq!(b.capacity(), 0);
         });
 
-        /// A peer that has sent nothing yet.
-        struct Silent;
-        impl AsyncRead for Silent {
-            fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut [u8]) -> Poll<io::Result<usize>> {
-                Poll::Pending
-            }
-        }
-        impl AsyncWrite for Silent {
-            fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
-                Poll::Ready(Ok(b.len()))
-            }
-            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(Ok(()))
-            }
-            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(Ok(()))
-            }
-        }
-        let mut waiting = Reader::new(Silent);
+        // A peer that has sent nothing yet.
+        let mut waiting = reader(b"", 4096);
+        waiting.stream.silent = true;
         let lent = crate::buffers::take_read();
         let top = lent.as_ptr();
         crate::buffers::give_read(lent);
