@@ -109,6 +109,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     let accounts = crate::config::accounts(&cfg.accounts)?;
     check_security(&cfg)?;
+    startup::check_admin_apart(cfg.addr, cfg.admin_addr)?;
     shard_config(0, &cfg)
         .validate()
         .map_err(|e| format!("--max-message-kib {} with --segment-mib: {e}", cfg.max_message_kib))?;
@@ -119,8 +120,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     startup::check_memlock(n, cfg.io_memory_kib)?;
     // In memory there is no directory to check, lock or record the shard
     // count in: nothing is created on disk at all.
+    // On disk too: the data-directory lock stops a second server on the
+    // same directory, not one on another directory and the same port.
+    startup::check_address_free(cfg.addr, "--addr")?;
     let _lock = if cfg.in_memory {
-        startup::check_address_free(cfg.addr)?;
         None
     } else {
         startup::check_o_direct(&cfg.data_dir)?;
@@ -597,6 +600,12 @@ fn start_admin<D: Disk>(
     serving: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> Option<(Rc<crate::admin::Admin<D>>, glommio::Task<()>)> {
+    // glommio binds with SO_REUSEPORT, so the bind below succeeds beside
+    // another server's admin listener and splits its scrapes with it.
+    if let Err(e) = startup::check_address_free(cfg.admin_addr, "--admin-addr") {
+        tracing::error!("{e}; /metrics, /healthz and /readyz are off");
+        return None;
+    }
     let listener = match TcpListener::bind(cfg.admin_addr) {
         Ok(l) => l,
         Err(e) => {

@@ -154,12 +154,12 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
 }
 
 /// Refuses an address another process already listens on. Every core binds
-/// with SO_REUSEPORT, so a second server on the same port would start and
-/// split the clients with the first; on disk the data-directory lock stops
-/// a second server on the same directory, in memory (`--in-memory`) nothing
-/// else would. The probe connects: a trial bind would also fail on the
-/// previous run's connections in TIME_WAIT, which are no one's listener.
-pub fn check_address_free(addr: std::net::SocketAddr) -> Result<(), String> {
+/// with SO_REUSEPORT, so a second server on the same port (on another data
+/// directory, or in memory) would start and split the clients with the
+/// first, each seeing its own queues. The probe connects: a trial bind
+/// would also fail on the previous run's connections in TIME_WAIT, which
+/// are no one's listener. `flag` names the option that sets `addr`.
+pub fn check_address_free(addr: std::net::SocketAddr, flag: &str) -> Result<(), String> {
     let mut probe = addr;
     if probe.ip().is_unspecified() {
         probe.set_ip(match addr {
@@ -169,10 +169,26 @@ pub fn check_address_free(addr: std::net::SocketAddr) -> Result<(), String> {
     }
     match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_secs(1)) {
         Ok(_) => Err(format!(
-            "something already listens on {addr}; is another hematite running there? Stop it or use another --addr"
+            "something already listens on {addr}; is another hematite running there? Stop it or use another {flag}"
         )),
         Err(_) => Ok(()),
     }
+}
+
+/// Refuses an admin address that the queue service's would share: both
+/// listeners bind with SO_REUSEPORT, so the kernel would split connections
+/// between them, clients' requests landing on /metrics and scrapes on the
+/// queue service. They overlap on the same port when their hosts are the
+/// same or either is the unspecified address (which covers every host).
+pub fn check_admin_apart(addr: std::net::SocketAddr, admin: std::net::SocketAddr) -> Result<(), String> {
+    let overlap = addr.port() == admin.port()
+        && (addr.ip() == admin.ip() || addr.ip().is_unspecified() || admin.ip().is_unspecified());
+    if overlap {
+        return Err(format!(
+            "--admin-addr {admin} overlaps --addr {addr}: the two would share the port and split its connections; give the admin address another port"
+        ));
+    }
+    Ok(())
 }
 
 /// Raises the open-file soft limit to the hard limit: every connection is a
@@ -219,6 +235,37 @@ pub fn set_huge_pages(allow: bool) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    /// Ports overlap on the same host, or when either side listens on
+    /// every host (IPv6's `[::]` takes IPv4 connections too here).
+    #[test]
+    fn admin_and_queue_addresses_overlap_only_on_one_port_and_host() {
+        let a = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        let refused = [
+            ("127.0.0.1:10001", "127.0.0.1:10001"),
+            ("0.0.0.0:10001", "127.0.0.1:10001"),
+            ("127.0.0.1:10001", "0.0.0.0:10001"),
+            ("[::]:10001", "127.0.0.1:10001"),
+            ("[::1]:10001", "[::]:10001"),
+        ];
+        for (addr, admin) in refused {
+            assert!(
+                super::check_admin_apart(a(addr), a(admin)).is_err(),
+                "{addr} and {admin}"
+            );
+        }
+        let apart = [
+            ("127.0.0.1:10001", "127.0.0.1:10011"),
+            ("0.0.0.0:10001", "0.0.0.0:10011"),
+            ("127.0.0.1:10001", "127.0.0.2:10001"),
+        ];
+        for (addr, admin) in apart {
+            assert!(
+                super::check_admin_apart(a(addr), a(admin)).is_ok(),
+                "{addr} and {admin}"
+            );
+        }
+    }
     /// packaging/hematite.service's LimitMEMLOCK covers what check_memlock
     /// asks of the largest server at the default io memory: the unit must
     /// never make the server refuse to start.

@@ -116,10 +116,11 @@ fn shard_count_is_fixed_and_the_directory_is_locked() {
     let dir = tempfile::tempdir().unwrap();
     let port = proc::free_port();
     let first = start(dir.path(), port, "1");
-    // A second server on the same directory is refused (SO_REUSEPORT would let it bind).
+    // A second server on the same directory is refused, on another port
+    // too (on the same one the address check refuses it first).
     let out = proc::command(
         bin().as_ref(),
-        port,
+        proc::free_port(),
         dir.path(),
         &["--shards", "1", "--io-memory-kib", "512"],
     )
@@ -138,6 +139,61 @@ fn shard_count_is_fixed_and_the_directory_is_locked() {
     fails_with(&out, "--shards 1");
     // and the right count starts again
     stop(start(dir.path(), port, "1"));
+}
+
+/// Every core binds with SO_REUSEPORT, which would let a second server on
+/// another data directory bind the same port and split the clients with
+/// the first: it is refused. So is an admin address on the queue
+/// service's port; one held by another server turns the admin address
+/// off, said in the log, rather than sharing it.
+#[test]
+fn a_second_server_on_the_same_port_is_refused_and_admin_ports_are_not_shared() {
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (port, admin) = (proc::free_port(), proc::free_port());
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let io = ["--io-memory-kib", "512", "--shards", "1"];
+    let first = proc::spawn_ready(proc::command(
+        bin().as_ref(),
+        port,
+        first_dir.path(),
+        &[&io[..], &["--admin-addr", &admin_addr]].concat(),
+    ))
+    .expect("hematite starts");
+    let out = proc::command(bin().as_ref(), port, second_dir.path(), &io)
+        .output()
+        .unwrap();
+    fails_with(&out, "already listens on");
+    // Refused before anything binds: the same port as `--addr`, on its
+    // host or on every host.
+    for host in ["127.0.0.1", "0.0.0.0"] {
+        let other = proc::free_port();
+        let out = proc::command(
+            bin().as_ref(),
+            other,
+            second_dir.path(),
+            &[&io[..], &["--admin-addr", &format!("{host}:{other}")]].concat(),
+        )
+        .output()
+        .unwrap();
+        fails_with(&out, "overlaps --addr");
+    }
+    // The admin address another server holds: this one serves its queues
+    // without one, and says so.
+    let mut second = proc::spawn_ready(proc::command(
+        bin().as_ref(),
+        proc::free_port(),
+        second_dir.path(),
+        &[&io[..], &["--admin-addr", &admin_addr]].concat(),
+    ))
+    .expect("a server whose admin address is taken still starts");
+    assert!(proc::stop(&mut second).success());
+    let mut log = String::new();
+    std::io::Read::read_to_string(second.stderr.as_mut().expect("piped"), &mut log).unwrap();
+    assert!(
+        log.contains("already listens on") && log.contains("--admin-addr"),
+        "{log}"
+    );
+    stop(first);
 }
 
 /// The kernel's view of the process: `THP_enabled` in /proc/PID/status is 0
