@@ -642,7 +642,7 @@ pub(crate) mod tests {
             target: target.into(),
             http10: false,
             headers: [("Host", host)].into_iter().collect(),
-            body: vec![],
+            body: Default::default(),
             hangup: None,
         }
     }

@@ -1057,7 +1057,7 @@ mod tests {
             target: target.into(),
             http10: false,
             headers: h,
-            body: vec![],
+            body: Default::default(),
             hangup: None,
         }
     }
@@ -1221,7 +1221,7 @@ mod tests {
     fn signed_req(method: &str, target: &str, headers: &[(String, String)], body: usize) -> Request {
         let h: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         let mut r = req(method, target, &h);
-        r.body = vec![b'x'; body];
+        r.body = crate::http::Body::new(vec![b'x'; body]);
         r
     }
 

@@ -60,6 +60,8 @@ pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, t
         _ => {}
     }
     let started = std::time::Instant::now();
+    // Read now: an operation may give its body back (`http::Body`).
+    let body_len = req.body.len();
     // Encoded directly: `to_string` went through `fmt` (about 400 instructions).
     let request_id = HeaderValue::copied(crate::xmlio::hyphenated_id(&uuid::Uuid::new_v4()).as_str());
     let now = SystemTime::now();
@@ -96,7 +98,7 @@ pub async fn handle_parsed<D: Disk>(ctx: &Ctx<D>, req: &Request, peer: IpAddr, t
         (None, _) => "unrouted",
     };
     let took = started.elapsed();
-    crate::metrics::record_request(name, resp.status, took, req.body.len(), resp.body.len());
+    crate::metrics::record_request(name, resp.status, took, body_len, resp.body.len());
     if ctx.request_log {
         log_request(ctx, req, name, resp.status, took);
     }

@@ -28,10 +28,76 @@ pub struct Request {
     pub target: String,
     pub http10: bool,
     pub headers: Headers,
-    pub body: Vec<u8>,
+    pub body: Body,
     /// Raised when the peer hangs up while the request is handled (set by
     /// the connection; a long poll stops waiting on it).
     pub hangup: Option<std::rc::Rc<Hangup>>,
+}
+
+/// A request's body, in a buffer lent by the core ([`crate::buffers`]):
+/// taken when the body is read, and given back as soon as the operation
+/// has what it needs from it ([`Body::give_back`]), else when the request
+/// is recycled. Why: a body kept by its connection is written every 64
+/// requests at 64 connections, long gone from the cache each time, and
+/// Put Message would hold it through its commit's wait; given back before
+/// that wait, the next request copies its body into the same lines, still
+/// in cache (docs/benchmarks.md, "Bodies given back before the commit").
+///
+/// The cell lets an operation give the body back through the `&Request`
+/// every operation gets. Invariant: its mutable borrows never outlive one
+/// of this type's own methods, which call nothing that borrows it, so
+/// [`Body::bytes`] always finds it free. Owned by the connection's task.
+#[derive(Debug, Clone, Default)]
+pub struct Body(std::cell::RefCell<Vec<u8>>);
+
+impl Body {
+    /// A body in a buffer of its own (a large or chunked body, a test's).
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Body(std::cell::RefCell::new(bytes))
+    }
+
+    /// The body's bytes; empty once given back.
+    pub fn bytes(&self) -> std::cell::Ref<'_, [u8]> {
+        std::cell::Ref::map(self.0.borrow(), Vec::as_slice)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.try_borrow().map_or(0, |b| b.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A copy of the bytes, for an operation that keeps them.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.bytes().to_vec()
+    }
+
+    /// Copies `bytes` in after what the body holds, into a buffer lent by
+    /// the core if it holds none.
+    fn extend(&mut self, bytes: &[u8]) {
+        let buf = self.0.get_mut();
+        if buf.capacity() == 0 {
+            *buf = crate::buffers::take_answer();
+        }
+        buf.extend_from_slice(bytes);
+    }
+
+    /// Gives the buffer back to the core, leaving the body empty: for an
+    /// operation that has taken what it needs, before it waits.
+    pub fn give_back(&self) {
+        if let Ok(mut buf) = self.0.try_borrow_mut() {
+            crate::buffers::give_answer(std::mem::take(&mut *buf));
+        }
+    }
+}
+
+/// Compares the bytes (tests, and a caller that checks a body's content).
+impl<T: AsRef<[u8]> + ?Sized> PartialEq<T> for Body {
+    fn eq(&self, other: &T) -> bool {
+        *self.bytes() == *other.as_ref()
+    }
 }
 
 /// A request's headers, in the order sent, names keeping their case. All
@@ -567,7 +633,8 @@ impl Drop for BodyPermit {
     }
 }
 
-enum Body {
+/// How a request's body is framed.
+enum Framing {
     None,
     Length(usize),
     Chunked,
@@ -808,21 +875,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             body,
             hangup,
         } = &mut req;
-        let held = [
-            method.capacity(),
-            target.capacity(),
-            body.capacity(),
-            headers.capacity_bytes(),
-        ]
-        .into_iter()
-        .fold(0usize, usize::saturating_add);
+        // The body's buffer is the core's, given back whatever happens to
+        // the rest.
+        body.give_back();
+        let held = [method.capacity(), target.capacity(), headers.capacity_bytes()]
+            .into_iter()
+            .fold(0usize, usize::saturating_add);
         if held > MAX_KEPT_REQUEST_BYTES {
             return;
         }
         method.clear();
         target.clear();
         headers.clear();
-        body.clear();
         *hangup = None;
         self.spare = Some(req);
     }
@@ -856,8 +920,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
             && !req.http10;
         match body {
-            Body::None => {}
-            Body::Length(n) => {
+            Framing::None => {}
+            Framing::Length(n) => {
                 if n > self.max_body {
                     return Err((FrameError::BodyTooLarge, false));
                 }
@@ -867,7 +931,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                     if expects_continue && self.buffered() < n {
                         self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
                     }
-                    req.body = self.read_large_body(n).await.map_err(|e| (e, true))?;
+                    req.body = Body::new(self.read_large_body(n).await.map_err(|e| (e, true))?);
                     return Ok(Some(req));
                 }
                 if expects_continue && self.buffered() < n {
@@ -879,14 +943,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
                     }
                 }
                 req.body
-                    .extend_from_slice(self.pending().get(..n).ok_or((FrameError::Incomplete, true))?);
+                    .extend(self.pending().get(..n).ok_or((FrameError::Incomplete, true))?);
                 self.consume(n);
             }
-            Body::Chunked => {
+            Framing::Chunked => {
                 if expects_continue && self.buffered() == 0 {
                     self.send_continue().await.map_err(|_| (FrameError::Incomplete, true))?;
                 }
-                req.body = self.read_chunked().await.map_err(|e| (e, true))?;
+                req.body = Body::new(self.read_chunked().await.map_err(|e| (e, true))?);
             }
         }
         Ok(Some(req))
@@ -1048,7 +1112,7 @@ fn check_host(req: &Request) -> Result<(), FrameError> {
 }
 
 /// Decides how the body is framed (RFC 9112 §6), refusing anything ambiguous.
-fn framing(req: &Request) -> Result<Body, FrameError> {
+fn framing(req: &Request) -> Result<Framing, FrameError> {
     // Content-Length is iterated, not collected: the usual request has one
     // and needs no allocation to say so (an empty `te` allocates nothing).
     let te: Vec<&str> = req.headers.named("transfer-encoding").collect();
@@ -1069,7 +1133,7 @@ fn framing(req: &Request) -> Result<Body, FrameError> {
         {
             return Err(FrameError::Bad("unsupported Transfer-Encoding"));
         }
-        return Ok(Body::Chunked);
+        return Ok(Framing::Chunked);
     }
     let mut len = None;
     for v in cl {
@@ -1086,8 +1150,8 @@ fn framing(req: &Request) -> Result<Body, FrameError> {
         }
     }
     Ok(match len {
-        Some(0) | None => Body::None,
-        Some(n) => Body::Length(n),
+        Some(0) | None => Framing::None,
+        Some(n) => Framing::Length(n),
     })
 }
 
@@ -1163,7 +1227,7 @@ mod tests {
             target: "/".into(),
             http10: false,
             headers: h,
-            body: vec![],
+            body: Default::default(),
             hangup: None,
         };
         assert_eq!(req.header("host"), Some("h:1"));
@@ -1265,12 +1329,33 @@ mod tests {
         }
     }
 
+    /// A body read into a buffer lent by the core goes back to the core
+    /// when given back (the next taker gets the same buffer), leaving the
+    /// request's body empty, and a second give-back or the recycle after
+    /// it gives nothing twice.
+    #[test]
+    fn a_body_given_back_is_the_next_buffer_lent_and_only_once() {
+        let raw = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello";
+        let mut r = reader(raw, 4096);
+        let req = block_on(r.next_request()).unwrap().unwrap();
+        assert!(req.body == b"hello" && req.body.len() == 5);
+        let lent = req.body.bytes().as_ptr();
+        req.body.give_back();
+        assert!(req.body.is_empty() && req.body.bytes().is_empty());
+        req.body.give_back();
+        r.recycle(req);
+        let again = crate::buffers::take_answer();
+        assert_eq!(again.as_ptr(), lent, "the body's buffer is the next one lent");
+        let other = crate::buffers::take_answer();
+        assert_ne!(other.as_ptr(), lent, "given back once, not twice");
+    }
+
     #[test]
     fn a_recycled_request_carries_nothing_into_the_next() {
         let raw = b"POST /first?x=1 HTTP/1.0\r\nHost: h\r\nConnection: close\r\nX-Old: 1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
         let mut r = reader(raw, 4096);
         let first = block_on(r.next_request()).unwrap().unwrap();
-        assert_eq!((first.body.as_slice(), first.http10), (&b"hello"[..], true));
+        assert_eq!((&*first.body.bytes(), first.http10), (&b"hello"[..], true));
         assert!(!first.keep_alive());
         r.recycle(first);
         let second = block_on(r.next_request()).unwrap().unwrap();
@@ -1281,7 +1366,7 @@ mod tests {
         assert!(second.keep_alive());
         // A request holding more than the bound is not kept.
         let mut big = Request::default();
-        big.body.reserve(MAX_KEPT_REQUEST_BYTES + 1);
+        big.target.reserve(MAX_KEPT_REQUEST_BYTES + 1);
         r.recycle(big);
         assert!(r.spare.is_none());
     }
@@ -1308,11 +1393,11 @@ mod tests {
             block_on(async {
                 let a = r.next_request().await.unwrap().unwrap();
                 assert_eq!(
-                    (a.method.as_str(), a.target.as_str(), &a.body[..]),
+                    (a.method.as_str(), a.target.as_str(), &*a.body.bytes()),
                     ("POST", "/a", &b"hello"[..])
                 );
                 let b = r.next_request().await.unwrap().unwrap();
-                assert_eq!(&b.body[..], b"abcde");
+                assert_eq!(&*b.body.bytes(), b"abcde");
                 let c = r.next_request().await.unwrap().unwrap();
                 assert!(c.http10 && !c.keep_alive());
                 assert!(r.next_request().await.unwrap().is_none());

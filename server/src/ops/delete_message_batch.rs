@@ -32,7 +32,7 @@ impl Op for DeleteMessageBatch {
     };
 
     fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
-        let root = xmlio::parse(&req.body)?;
+        let root = xmlio::parse(&req.body.bytes())?;
         if root.name != "BatchDelete" {
             return Err(ApiError::invalid_xml("The root element must be BatchDelete."));
         }

@@ -360,7 +360,7 @@ fn check_body_headers(req: &Request) -> Result<(), ApiError> {
         .detail("HeaderName", "Content-MD5")
         .detail("HeaderValue", md5));
     };
-    let actual = Md5::digest(&req.body);
+    let actual = Md5::digest(&*req.body.bytes());
     if actual.as_slice() != given.as_slice() {
         return Err(ApiError::new(
             400,

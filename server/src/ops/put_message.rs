@@ -43,14 +43,19 @@ impl Op for PutMessage {
             // `Rc` its body cache keeps, and the shard borrows the names,
             // where a trip over the mesh needs its own copies of them.
             Some(shard) => {
-                let text = xmlio::parse_shared_message_text(&req.body)?;
+                let text = xmlio::parse_shared_message_text(&req.body.bytes())?;
+                // The text is copied out: the body's buffer goes back to the
+                // core before the commit's wait, for the next request to
+                // fill while it is still in cache (`http::Body`).
+                req.body.give_back();
                 shard
                     .put_shared_message(&t.account, queue, text, visibility_timeout, ttl)
                     .await?
             }
             // An `Rc` cannot cross cores: the text goes as a `String`.
             None => {
-                let text = xmlio::parse_message_text(&req.body)?;
+                let text = xmlio::parse_message_text(&req.body.bytes())?;
+                req.body.give_back();
                 let (account, queue) = (t.account.clone(), queue.to_string());
                 ctx.router
                     .exec(owner, move |shard, _| async move {

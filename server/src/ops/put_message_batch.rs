@@ -33,7 +33,7 @@ impl Op for PutMessageBatch {
     };
 
     fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
-        let root = xmlio::parse(&req.body)?;
+        let root = xmlio::parse(&req.body.bytes())?;
         if root.name != "QueueMessageBatch" {
             return Err(ApiError::invalid_xml("The root element must be QueueMessageBatch."));
         }

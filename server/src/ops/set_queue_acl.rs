@@ -24,7 +24,7 @@ impl Op for SetQueueAcl {
     fn parse(req: &Request, t: &Target<'_>) -> Result<Self, ApiError> {
         Ok(SetQueueAcl {
             queue: super::queue_of(t)?,
-            acl: xmlio::parse_signed_identifiers(&req.body)?,
+            acl: xmlio::parse_signed_identifiers(&req.body.bytes())?,
         })
     }
 

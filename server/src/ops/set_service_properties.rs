@@ -20,7 +20,9 @@ impl Op for SetServiceProperties {
     };
 
     fn parse(req: &Request, _: &Target<'_>) -> Result<Self, ApiError> {
-        Ok(SetServiceProperties { body: req.body.clone() })
+        Ok(SetServiceProperties {
+            body: req.body.to_vec(),
+        })
     }
 
     async fn run<D: Disk>(self, ctx: &Ctx<D>, _: &Request, t: &Target<'_>) -> Result<Response, ApiError> {

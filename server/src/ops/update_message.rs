@@ -32,10 +32,10 @@ impl Op for UpdateMessage {
             .parse::<i64>()
             .map_err(|_| ApiError::invalid_query("visibilitytimeout", vt, "The value must be an integer."))?;
         // No body (or only whitespace): the text stays as it is.
-        let text = if req.body.iter().all(u8::is_ascii_whitespace) {
+        let text = if req.body.bytes().iter().all(u8::is_ascii_whitespace) {
             None
         } else {
-            Some(xmlio::parse_message_text(&req.body)?)
+            Some(xmlio::parse_message_text(&req.body.bytes())?)
         };
         Ok(UpdateMessage {
             queue: super::queue_of(t)?,
