@@ -60,7 +60,7 @@ fn signed_put() -> (Request, Vec<u8>) {
         target: "/devstoreaccount1/myqueue/messages?visibilitytimeout=0&messagettl=-1".into(),
         http10: false,
         headers,
-        body: vec![],
+        body: Default::default(),
         hangup: None,
     };
     let key = base64::engine::general_purpose::STANDARD.decode(KEY).unwrap();
