@@ -862,8 +862,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     }
 
     /// Takes back a request that was answered, so the next request reuses
-    /// its buffers (five allocations fewer per request), unless they are
-    /// larger than `MAX_KEPT_REQUEST_BYTES` together.
+    /// its buffers (four allocations fewer per request), unless they are
+    /// larger than `MAX_KEPT_REQUEST_BYTES` together; its body's buffer
+    /// goes back to the core ([`Body`]).
     pub fn recycle(&mut self, mut req: Request) {
         // Destructured, so a field added to `Request` fails to compile here
         // until it is reset too (`http10` is always overwritten).

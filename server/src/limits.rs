@@ -90,10 +90,11 @@ pub const MAX_POOLED_ANSWER_BYTES: usize = 64 * 1024;
 /// at most `READ_CHUNK` pipelined bytes are left in it, they move to a
 /// pooled buffer first.
 pub const MAX_IDLE_READ_BUFFER: usize = 64 * 1024;
-/// A finished request's buffers (method, target, headers, body) are kept
-/// for the connection's next request when their capacities add up to at
-/// most this: small requests then allocate nothing for them, and a
-/// connection that once sent a large body does not keep it.
+/// A finished request's buffers (method, target, headers) are kept for
+/// the connection's next request when their capacities add up to at most
+/// this: small requests then allocate nothing for them. Its body's buffer
+/// is the core's, given back (`http::Body`), so a connection that once
+/// sent a large body does not keep it.
 pub const MAX_KEPT_REQUEST_BYTES: usize = 8 * 1024;
 /// Response bytes one connection may queue for pipelined requests before
 /// they are written; while they wait to be written, no new request is read.

@@ -118,12 +118,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // rings' memory, in memory mode as well.
     startup::check_io_uring()?;
     startup::check_memlock(n, cfg.io_memory_kib)?;
+    // Held for the life of the process, before recovery, so a second
+    // server cannot start on this port while this one recovers.
+    let _port = startup::claim_port(cfg.addr.port()).map_err(|e| format!("{e}; stop it or use another --addr"))?;
     // In memory there is no directory to check, lock or record the shard
     // count in: nothing is created on disk at all.
-    // On disk too: the data-directory lock stops a second server on the
-    // same directory, not one on another directory and the same port.
-    startup::check_address_free(cfg.addr, "--addr")?;
     let _lock = if cfg.in_memory {
+        startup::check_address_free(cfg.addr, "--addr")?;
         None
     } else {
         startup::check_o_direct(&cfg.data_dir)?;
@@ -600,12 +601,19 @@ fn start_admin<D: Disk>(
     serving: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> Option<(Rc<crate::admin::Admin<D>>, glommio::Task<()>)> {
-    // glommio binds with SO_REUSEPORT, so the bind below succeeds beside
-    // another server's admin listener and splits its scrapes with it.
-    if let Err(e) = startup::check_address_free(cfg.admin_addr, "--admin-addr") {
-        tracing::error!("{e}; /metrics, /healthz and /readyz are off");
-        return None;
-    }
+    // glommio binds with SO_REUSEPORT, so the bind below would succeed
+    // beside another server's listener on the port and split its
+    // connections with it. The claim is kept as long as the listener.
+    let claim = match startup::claim_port(cfg.admin_addr.port()) {
+        Ok(claim) => claim,
+        Err(e) => {
+            tracing::error!(
+                "--admin-addr {}: {e}; /metrics, /healthz and /readyz are off",
+                cfg.admin_addr
+            );
+            return None;
+        }
+    };
     let listener = match TcpListener::bind(cfg.admin_addr) {
         Ok(l) => l,
         Err(e) => {
@@ -621,7 +629,11 @@ fn start_admin<D: Disk>(
         ready: serving,
         open: std::cell::Cell::new(0),
     });
-    let task = glommio::spawn_local(crate::admin::serve(listener, admin.clone(), stop));
+    let serving_admin = admin.clone();
+    let task = glommio::spawn_local(async move {
+        let _claim = claim;
+        crate::admin::serve(listener, serving_admin, stop).await
+    });
     Some((admin, task))
 }
 

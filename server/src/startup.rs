@@ -132,8 +132,8 @@ pub fn check_shard_count(dir: &Path, shards: usize) -> Result<(), String> {
 }
 
 /// Takes an exclusive lock on the data directory for the life of the
-/// process. Every core listens with SO_REUSEPORT, so a second server on the
-/// same port would otherwise start happily and share the directory.
+/// process, so a second server, on another port, cannot share the
+/// directory ([`PortClaim`] refuses one on the same port).
 pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
     use std::os::unix::io::AsRawFd;
     let path = dir.join("LOCK");
@@ -153,12 +153,12 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
     Ok(f)
 }
 
-/// Refuses an address another process already listens on. Every core binds
-/// with SO_REUSEPORT, so a second server on the same port (on another data
-/// directory, or in memory) would start and split the clients with the
-/// first, each seeing its own queues. The probe connects: a trial bind
-/// would also fail on the previous run's connections in TIME_WAIT, which
-/// are no one's listener. `flag` names the option that sets `addr`.
+/// Refuses an address another process already listens on, in memory
+/// (`--in-memory`), where no data directory is locked: beside
+/// [`PortClaim`], which only Hematite servers take, for any other program
+/// that binds with SO_REUSEPORT. The probe connects: a trial bind would
+/// also fail on the previous run's connections in TIME_WAIT, which are no
+/// one's listener. `flag` names the option that sets `addr`.
 pub fn check_address_free(addr: std::net::SocketAddr, flag: &str) -> Result<(), String> {
     let mut probe = addr;
     if probe.ip().is_unspecified() {
@@ -175,15 +175,49 @@ pub fn check_address_free(addr: std::net::SocketAddr, flag: &str) -> Result<(), 
     }
 }
 
-/// Refuses an admin address that the queue service's would share: both
-/// listeners bind with SO_REUSEPORT, so the kernel would split connections
-/// between them, clients' requests landing on /metrics and scrapes on the
-/// queue service. They overlap on the same port when their hosts are the
-/// same or either is the unspecified address (which covers every host).
+/// A TCP port this process serves, claimed among the Hematite servers of
+/// its network namespace for as long as this value lives.
+///
+/// Why: every core binds with SO_REUSEPORT, which the kernel lets a second
+/// process of the same user share, splitting the connections between the
+/// two servers, each with its own queues. A program that binds without
+/// SO_REUSEPORT makes our bind fail, loudly; another Hematite would not.
+/// The claim is an abstract Unix socket named after the port: the kernel
+/// refuses a second bind of the name, needs no file, and lets it go when
+/// the process ends, however it ends (so a restart after kill -9 finds it
+/// free), unlike a probe, which a listener still held by the ring's
+/// teardown after a kill can answer, and which a server still recovering,
+/// not yet listening, cannot. It is by port, whatever the host: `0.0.0.0`
+/// and `[::]` cover every address, and a server on one address of a port
+/// beside another on another is refused too, which costs nothing real.
+/// Port 0 (the kernel's choice) is not claimed.
+pub struct PortClaim(#[allow(dead_code)] Option<std::os::unix::net::UnixListener>);
+
+/// Claims `port` ([`PortClaim`]), or says that another Hematite holds it.
+pub fn claim_port(port: u16) -> Result<PortClaim, String> {
+    use std::os::linux::net::SocketAddrExt;
+    if port == 0 {
+        return Ok(PortClaim(None));
+    }
+    let name = format!("hematite-port-{port}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .map_err(|e| format!("cannot name the claim on port {port}: {e}"))?;
+    match std::os::unix::net::UnixListener::bind_addr(&addr) {
+        Ok(l) => Ok(PortClaim(Some(l))),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(format!("another hematite already serves port {port}"))
+        }
+        Err(e) => Err(format!("cannot claim port {port}: {e}")),
+    }
+}
+
+/// Refuses an admin address on the queue service's port: both listeners
+/// bind with SO_REUSEPORT, so where their hosts overlap the kernel would
+/// split connections between them, clients' requests landing on /metrics
+/// and scrapes on the queue service. By port, whatever the hosts, as
+/// [`PortClaim`] is.
 pub fn check_admin_apart(addr: std::net::SocketAddr, admin: std::net::SocketAddr) -> Result<(), String> {
-    let overlap = addr.port() == admin.port()
-        && (addr.ip() == admin.ip() || addr.ip().is_unspecified() || admin.ip().is_unspecified());
-    if overlap {
+    if addr.port() == admin.port() {
         return Err(format!(
             "--admin-addr {admin} overlaps --addr {addr}: the two would share the port and split its connections; give the admin address another port"
         ));
@@ -236,10 +270,26 @@ pub fn set_huge_pages(allow: bool) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
 
-    /// Ports overlap on the same host, or when either side listens on
-    /// every host (IPv6's `[::]` takes IPv4 connections too here).
+    /// The admin address may not share the queue service's port, on any
+    /// host (IPv6's `[::]` takes IPv4 connections too here).
+    /// A port is claimed once among the processes of a network namespace
+    /// (and within one), and free again when the claim is dropped.
     #[test]
-    fn admin_and_queue_addresses_overlap_only_on_one_port_and_host() {
+    fn a_port_is_claimed_once_and_freed_with_its_claim() {
+        let port = 40_000 + (std::process::id() % 20_000) as u16;
+        let claim = super::claim_port(port).unwrap();
+        let again = super::claim_port(port).err().unwrap_or_default();
+        assert!(again.contains("another hematite already serves port"), "{again}");
+        drop(claim);
+        drop(super::claim_port(port).unwrap());
+        assert!(
+            super::claim_port(0).is_ok() && super::claim_port(0).is_ok(),
+            "port 0 is not claimed"
+        );
+    }
+
+    #[test]
+    fn admin_and_queue_addresses_never_share_a_port() {
         let a = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
         let refused = [
             ("127.0.0.1:10001", "127.0.0.1:10001"),
@@ -247,6 +297,7 @@ mod tests {
             ("127.0.0.1:10001", "0.0.0.0:10001"),
             ("[::]:10001", "127.0.0.1:10001"),
             ("[::1]:10001", "[::]:10001"),
+            ("127.0.0.1:10001", "127.0.0.2:10001"),
         ];
         for (addr, admin) in refused {
             assert!(
@@ -257,7 +308,6 @@ mod tests {
         let apart = [
             ("127.0.0.1:10001", "127.0.0.1:10011"),
             ("0.0.0.0:10001", "0.0.0.0:10011"),
-            ("127.0.0.1:10001", "127.0.0.2:10001"),
         ];
         for (addr, admin) in apart {
             assert!(

@@ -150,7 +150,7 @@ fn a_second_in_memory_server_on_the_same_address_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("already listens on"), "{err}");
+    assert!(err.contains("another hematite already serves port"), "{err}");
     assert!(proc::stop(&mut first).success());
 }
 

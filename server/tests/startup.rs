@@ -143,9 +143,9 @@ fn shard_count_is_fixed_and_the_directory_is_locked() {
 
 /// Every core binds with SO_REUSEPORT, which would let a second server on
 /// another data directory bind the same port and split the clients with
-/// the first: it is refused. So is an admin address on the queue
-/// service's port; one held by another server turns the admin address
-/// off, said in the log, rather than sharing it.
+/// the first: it is refused, on any host of the port. So is an admin
+/// address on the queue service's port; one another server holds turns
+/// the admin address off, said in the log, rather than sharing it.
 #[test]
 fn a_second_server_on_the_same_port_is_refused_and_admin_ports_are_not_shared() {
     let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -162,10 +162,17 @@ fn a_second_server_on_the_same_port_is_refused_and_admin_ports_are_not_shared() 
     let out = proc::command(bin().as_ref(), port, second_dir.path(), &io)
         .output()
         .unwrap();
-    fails_with(&out, "already listens on");
-    // Refused before anything binds: the same port as `--addr`, on its
-    // host or on every host.
-    for host in ["127.0.0.1", "0.0.0.0"] {
+    fails_with(&out, "another hematite already serves port");
+    // On another host of the same port too (`0.0.0.0` covers every host).
+    let out = Command::new(bin())
+        .args(["--addr", &format!("0.0.0.0:{port}"), "--data-dir"])
+        .arg(second_dir.path())
+        .args(io)
+        .output()
+        .unwrap();
+    fails_with(&out, "another hematite already serves port");
+    // Refused before anything binds: the queue service's port, on any host.
+    for host in ["127.0.0.1", "0.0.0.0", "127.0.0.2"] {
         let other = proc::free_port();
         let out = proc::command(
             bin().as_ref(),
@@ -190,7 +197,7 @@ fn a_second_server_on_the_same_port_is_refused_and_admin_ports_are_not_shared() 
     let mut log = String::new();
     std::io::Read::read_to_string(second.stderr.as_mut().expect("piped"), &mut log).unwrap();
     assert!(
-        log.contains("already listens on") && log.contains("--admin-addr"),
+        log.contains("--admin-addr") && log.contains("another hematite already serves port"),
         "{log}"
     );
     stop(first);
