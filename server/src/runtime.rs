@@ -120,7 +120,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     startup::check_memlock(n, cfg.io_memory_kib)?;
     // Held for the life of the process, before recovery, so a second
     // server cannot start on this port while this one recovers.
-    let _port = startup::claim_port(cfg.addr.port()).map_err(|e| format!("{e}; stop it or use another --addr"))?;
+    let _port = startup::claim_port(cfg.addr.port(), "stop it, or start this one with another --addr")?;
     // In memory there is no directory to check, lock or record the shard
     // count in: nothing is created on disk at all.
     let _lock = if cfg.in_memory {
@@ -604,11 +604,11 @@ fn start_admin<D: Disk>(
     // glommio binds with SO_REUSEPORT, so the bind below would succeed
     // beside another server's listener on the port and split its
     // connections with it. The claim is kept as long as the listener.
-    let claim = match startup::claim_port(cfg.admin_addr.port()) {
+    let claim = match startup::claim_port(cfg.admin_addr.port(), "give this one another --admin-addr") {
         Ok(claim) => claim,
         Err(e) => {
             tracing::error!(
-                "--admin-addr {}: {e}; /metrics, /healthz and /readyz are off",
+                "--admin-addr {}: {e}. /metrics, /healthz and /readyz are off",
                 cfg.admin_addr
             );
             return None;

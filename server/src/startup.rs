@@ -154,9 +154,10 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, String> {
 }
 
 /// Refuses an address another process already listens on, in memory
-/// (`--in-memory`), where no data directory is locked: beside
-/// [`PortClaim`], which only Hematite servers take, for any other program
-/// that binds with SO_REUSEPORT. The probe connects: a trial bind would
+/// (`--in-memory`), as before [`PortClaim`] (which only Hematite servers
+/// take): any other program that binds with SO_REUSEPORT too. Not on
+/// disk, where a restart right after a kill would meet this probe before
+/// the old listener is gone. The probe connects: a trial bind would
 /// also fail on the previous run's connections in TIME_WAIT, which are no
 /// one's listener. `flag` names the option that sets `addr`.
 pub fn check_address_free(addr: std::net::SocketAddr, flag: &str) -> Result<(), String> {
@@ -190,11 +191,17 @@ pub fn check_address_free(addr: std::net::SocketAddr, flag: &str) -> Result<(), 
 /// not yet listening, cannot. It is by port, whatever the host: `0.0.0.0`
 /// and `[::]` cover every address, and a server on one address of a port
 /// beside another on another is refused too, which costs nothing real.
-/// Port 0 (the kernel's choice) is not claimed.
+/// Port 0 (the kernel's choice) is not claimed. Any process of the
+/// namespace may bind such a name, so one squatting it refuses a server
+/// the port: the error names the socket, which `ss -xlp` shows with its
+/// holder (docs/OPERATIONS.md). The server needs Unix sockets for it
+/// (`RestrictAddressFamilies` must keep `AF_UNIX`).
 pub struct PortClaim(#[allow(dead_code)] Option<std::os::unix::net::UnixListener>);
 
-/// Claims `port` ([`PortClaim`]), or says that another Hematite holds it.
-pub fn claim_port(port: u16) -> Result<PortClaim, String> {
+/// Claims `port` ([`PortClaim`]), or says that another Hematite holds it,
+/// and what to do: `fix` (only when the name is taken: any other error
+/// is not a matter of another address).
+pub fn claim_port(port: u16, fix: &str) -> Result<PortClaim, String> {
     use std::os::linux::net::SocketAddrExt;
     if port == 0 {
         return Ok(PortClaim(None));
@@ -204,10 +211,12 @@ pub fn claim_port(port: u16) -> Result<PortClaim, String> {
         .map_err(|e| format!("cannot name the claim on port {port}: {e}"))?;
     match std::os::unix::net::UnixListener::bind_addr(&addr) {
         Ok(l) => Ok(PortClaim(Some(l))),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            Err(format!("another hematite already serves port {port}"))
-        }
-        Err(e) => Err(format!("cannot claim port {port}: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "another hematite already serves port {port} (it holds the Unix socket @{name}: `ss -xlp | grep @{name}` shows which process); {fix}"
+        )),
+        Err(e) => Err(format!(
+            "cannot claim port {port} among Hematite servers with the Unix socket @{name}: {e}"
+        )),
     }
 }
 
@@ -217,7 +226,8 @@ pub fn claim_port(port: u16) -> Result<PortClaim, String> {
 /// and scrapes on the queue service. By port, whatever the hosts, as
 /// [`PortClaim`] is.
 pub fn check_admin_apart(addr: std::net::SocketAddr, admin: std::net::SocketAddr) -> Result<(), String> {
-    if addr.port() == admin.port() {
+    // Port 0 binds are given distinct ports by the kernel.
+    if addr.port() == admin.port() && addr.port() != 0 {
         return Err(format!(
             "--admin-addr {admin} overlaps --addr {addr}: the two would share the port and split its connections; give the admin address another port"
         ));
@@ -270,24 +280,33 @@ pub fn set_huge_pages(allow: bool) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
 
-    /// The admin address may not share the queue service's port, on any
-    /// host (IPv6's `[::]` takes IPv4 connections too here).
     /// A port is claimed once among the processes of a network namespace
     /// (and within one), and free again when the claim is dropped.
     #[test]
     fn a_port_is_claimed_once_and_freed_with_its_claim() {
-        let port = 40_000 + (std::process::id() % 20_000) as u16;
-        let claim = super::claim_port(port).unwrap();
-        let again = super::claim_port(port).err().unwrap_or_default();
-        assert!(again.contains("another hematite already serves port"), "{again}");
-        drop(claim);
-        drop(super::claim_port(port).unwrap());
+        // A port no server here has: the kernel's free one.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let claim = super::claim_port(port, "the fix").unwrap();
+        let again = super::claim_port(port, "the fix").err().unwrap_or_default();
         assert!(
-            super::claim_port(0).is_ok() && super::claim_port(0).is_ok(),
+            again.contains("another hematite already serves port") && again.ends_with("; the fix"),
+            "{again}"
+        );
+        drop(claim);
+        drop(super::claim_port(port, "").unwrap());
+        assert!(
+            super::claim_port(0, "").is_ok() && super::claim_port(0, "").is_ok(),
             "port 0 is not claimed"
         );
     }
 
+    /// The admin address may not share the queue service's port, on any
+    /// host (IPv6's `[::]` takes IPv4 connections too here); port 0 is the
+    /// kernel's choice, distinct for each.
     #[test]
     fn admin_and_queue_addresses_never_share_a_port() {
         let a = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
@@ -308,6 +327,7 @@ mod tests {
         let apart = [
             ("127.0.0.1:10001", "127.0.0.1:10011"),
             ("0.0.0.0:10001", "0.0.0.0:10011"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
         ];
         for (addr, admin) in apart {
             assert!(
