@@ -124,7 +124,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // In memory there is no directory to check, lock or record the shard
     // count in: nothing is created on disk at all.
     let _lock = if cfg.in_memory {
-        startup::check_address_free(cfg.addr, "--addr")?;
+        startup::check_address_free(cfg.addr)?;
         None
     } else {
         startup::check_o_direct(&cfg.data_dir)?;
