@@ -1,5 +1,6 @@
 //! Read and answer buffers a core lends its connections only while bytes
-//! are in them.
+//! are in them, and the emptied requests whose method, target and headers
+//! strings the next request fills.
 //!
 //! Why: with a 16 KiB read buffer and a 4 KiB answer buffer of its own,
 //! every connection's request and answer pass through memory no other
@@ -13,12 +14,20 @@
 //!
 //! A buffer with bytes in it stays with its connection across awaits (a
 //! partial head, an answer to a slow reader); a read that finds nothing
-//! takes a buffer and gives it back within the same poll.
+//! takes a buffer and gives it back within the same poll. A request is
+//! taken once its head is complete and given back when it is answered
+//! (`http::Reader::recycle`): kept by its connection instead, its strings
+//! were written every 64 requests at 64 connections, cold each time, and
+//! the one given back last is the one the next head is copied into.
 //!
 //! Owned by one core: each pool is a thread-local, and each core's
 //! executor is one thread. No borrow of a pool is held across an await.
 
-use crate::limits::{ANSWER_CHUNK, MAX_IDLE_READ_BUFFER, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS, READ_CHUNK};
+use crate::http::Request;
+use crate::limits::{
+    ANSWER_CHUNK, MAX_IDLE_READ_BUFFER, MAX_KEPT_REQUEST_BYTES, MAX_POOLED_ANSWER_BYTES, MAX_POOLED_BUFFERS,
+    MAX_POOLED_REQUESTS, READ_CHUNK,
+};
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
@@ -30,6 +39,9 @@ thread_local! {
     /// Empty answer buffers of `ANSWER_CHUNK` to `MAX_POOLED_ANSWER_BYTES`
     /// bytes of capacity.
     static ANSWER: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Answered requests, emptied, holding at most `MAX_KEPT_REQUEST_BYTES`
+    /// of string capacity each.
+    static REQUESTS: RefCell<Vec<Request>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A read buffer of at least `READ_CHUNK` bytes (its whole length is
@@ -49,7 +61,7 @@ pub fn give_read(buf: Vec<u8>) {
     if !(READ_CHUNK..=MAX_IDLE_READ_BUFFER).contains(&buf.len()) {
         return;
     }
-    park(&READ, buf);
+    park(&READ, buf, MAX_POOLED_BUFFERS);
 }
 
 /// An empty answer buffer: the last one given back, or a new one.
@@ -68,15 +80,33 @@ pub fn give_answer(mut buf: Vec<u8>) {
         return;
     }
     buf.clear();
-    park(&ANSWER, buf);
+    park(&ANSWER, buf, MAX_POOLED_BUFFERS);
 }
 
-/// Keeps `buf` in `pool` for the next taker, unless the pool is full.
-fn park(pool: &'static LocalKey<RefCell<Vec<Vec<u8>>>>, buf: Vec<u8>) {
+/// An empty request to copy a head into: the last one given back (its
+/// strings' capacity kept), or a new one.
+pub fn take_request() -> Request {
+    let req = REQUESTS.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    debug_assert!(req.is_empty());
+    req
+}
+
+/// Gives back an answered request, emptied by the caller. One whose
+/// strings hold more than `MAX_KEPT_REQUEST_BYTES` together is freed.
+pub fn give_request(req: Request) {
+    debug_assert!(req.is_empty());
+    if req.capacity_bytes() > MAX_KEPT_REQUEST_BYTES {
+        return;
+    }
+    park(&REQUESTS, req, MAX_POOLED_REQUESTS);
+}
+
+/// Keeps `item` in `pool` for the next taker, unless the pool holds `max`.
+fn park<T: 'static>(pool: &'static LocalKey<RefCell<Vec<T>>>, item: T, max: usize) {
     pool.with(|p| {
         let mut p = p.borrow_mut();
-        if p.len() < MAX_POOLED_BUFFERS {
-            p.push(buf);
+        if p.len() < max {
+            p.push(item);
         }
     });
 }

@@ -295,6 +295,28 @@ impl Hangup {
 }
 
 impl Request {
+    /// Whether it holds nothing of a request: as `Reader::recycle` leaves
+    /// it for the core's pool (`buffers::give_request`).
+    pub fn is_empty(&self) -> bool {
+        self.method.is_empty()
+            && self.target.is_empty()
+            && self.headers.is_empty()
+            && self.body.is_empty()
+            && self.hangup.is_none()
+    }
+
+    /// Bytes held by the method's, target's and headers' buffers (the
+    /// body's is the core's, given back apart).
+    pub fn capacity_bytes(&self) -> usize {
+        [
+            self.method.capacity(),
+            self.target.capacity(),
+            self.headers.capacity_bytes(),
+        ]
+        .into_iter()
+        .fold(0usize, usize::saturating_add)
+    }
+
     /// Inlined, like [`Headers::get`], so a literal name's tag folds.
     #[inline(always)]
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -665,8 +687,6 @@ pub struct Reader<S> {
     /// request is answered by then).
     large: Rc<LargeBodies>,
     permit: Option<BodyPermit>,
-    /// The last request's buffers, emptied, for the next one ([`Reader::recycle`]).
-    spare: Option<Request>,
     /// The longest the read buffer grew to (for tests of the growth bounds).
     #[cfg(test)]
     largest: usize,
@@ -683,7 +703,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             max_body: MAX_BODY_BYTES,
             large: LargeBodies::new(0),
             permit: None,
-            spare: None,
             #[cfg(test)]
             largest: 0,
         }
@@ -838,14 +857,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         // connections (docs/benchmarks.md, "Commit buffers kept").
         let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut []);
-        // `pending()` by its fields: it would borrow all of `self`, which
-        // `self.spare.take()` below must not find borrowed.
+        // `pending()` by its fields: it would borrow all of `self`.
         let pending = self.buf.get(self.start..self.end).unwrap_or_default();
         match parsed.parse_with_uninit_headers(pending, &mut headers) {
             Ok(httparse::Status::Complete(n)) => {
-                // The last request's buffers, emptied by `recycle`.
-                let mut req = self.spare.take().unwrap_or_default();
-                debug_assert!(req.method.is_empty() && req.target.is_empty() && req.body.is_empty());
+                // An answered request's buffers, emptied by `recycle`.
+                let mut req = crate::buffers::take_request();
                 req.method.push_str(parsed.method.unwrap_or(""));
                 req.target.push_str(parsed.path.unwrap_or(""));
                 req.http10 = parsed.version == Some(0);
@@ -861,10 +878,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         }
     }
 
-    /// Takes back a request that was answered, so the next request reuses
-    /// its buffers (four allocations fewer per request), unless they are
-    /// larger than `MAX_KEPT_REQUEST_BYTES` together; its body's buffer
-    /// goes back to the core ([`Body`]).
+    /// Takes back a request that was answered and gives it to the core,
+    /// emptied, whose next request reuses its buffers (four allocations
+    /// fewer per request) unless they are larger than
+    /// `MAX_KEPT_REQUEST_BYTES` together (`buffers::give_request`); its
+    /// body's buffer goes back to the core ([`Body`]).
     pub fn recycle(&mut self, mut req: Request) {
         // Destructured, so a field added to `Request` fails to compile here
         // until it is reset too (`http10` is always overwritten).
@@ -879,17 +897,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         // The body's buffer is the core's, given back whatever happens to
         // the rest.
         body.give_back();
-        let held = [method.capacity(), target.capacity(), headers.capacity_bytes()]
-            .into_iter()
-            .fold(0usize, usize::saturating_add);
-        if held > MAX_KEPT_REQUEST_BYTES {
-            return;
-        }
         method.clear();
         target.clear();
         headers.clear();
         *hangup = None;
-        self.spare = Some(req);
+        crate::buffers::give_request(req);
     }
 
     /// Reads the next request. `Ok(None)`: the peer closed cleanly between requests.
@@ -1365,11 +1377,16 @@ mod tests {
         assert_eq!(second.headers.len(), 1);
         assert_eq!((second.header("x-old"), second.header("connection")), (None, None));
         assert!(second.keep_alive());
-        // A request holding more than the bound is not kept.
-        let mut big = Request::default();
+        // The answered request went to the core, whose next head reuses its
+        // buffers; one holding more than the bound is freed instead.
+        let target_at = second.target.as_ptr();
+        r.recycle(second);
+        let third = crate::buffers::take_request();
+        assert!(third.is_empty() && third.target.as_ptr() == target_at);
+        let mut big = third;
         big.target.reserve(MAX_KEPT_REQUEST_BYTES + 1);
         r.recycle(big);
-        assert!(r.spare.is_none());
+        assert!(crate::buffers::take_request().target.capacity() <= MAX_KEPT_REQUEST_BYTES);
     }
 
     #[test]
