@@ -15,8 +15,9 @@
 //! A buffer with bytes in it stays with its connection across awaits (a
 //! partial head, an answer to a slow reader); a read that finds nothing
 //! takes a buffer and gives it back within the same poll. A request is
-//! taken once its head is complete and given back when it is answered
-//! (`http::Reader::recycle`): kept by its connection instead, its strings
+//! taken once its head is complete and given back once its answer is
+//! encoded (`http::Reader::recycle`; one refused while being read is
+//! dropped): kept by its connection instead, its strings
 //! were written every 64 requests at 64 connections, cold each time, and
 //! the one given back last is the one the next head is copied into.
 //!
@@ -163,5 +164,36 @@ mod tests {
         }
         assert_eq!(READ.with(|p| p.borrow().len()), MAX_POOLED_BUFFERS);
         assert_eq!(ANSWER.with(|p| p.borrow().len()), MAX_POOLED_BUFFERS);
+    }
+
+    /// At most `MAX_POOLED_REQUESTS` answered requests stay with a core, the
+    /// last given back taken first; one holding more than
+    /// `MAX_KEPT_REQUEST_BYTES` is freed.
+    #[test]
+    fn the_request_pool_is_bounded_and_last_in_first_out() {
+        let with_target = |capacity: usize| {
+            let mut req = Request::default();
+            req.target.reserve(capacity);
+            req
+        };
+        for _ in 0..MAX_POOLED_REQUESTS + 3 {
+            give_request(with_target(16));
+        }
+        assert_eq!(REQUESTS.with(|p| p.borrow().len()), MAX_POOLED_REQUESTS);
+        give_request(with_target(MAX_KEPT_REQUEST_BYTES + 1));
+        assert_eq!(
+            REQUESTS.with(|p| p.borrow().len()),
+            MAX_POOLED_REQUESTS,
+            "a large one is freed"
+        );
+        REQUESTS.with(|p| p.borrow_mut().clear());
+        let (a, b) = (with_target(16), with_target(16));
+        let (pa, pb) = (a.target.as_ptr(), b.target.as_ptr());
+        give_request(a);
+        give_request(b);
+        assert_eq!(
+            (take_request().target.as_ptr(), take_request().target.as_ptr()),
+            (pb, pa)
+        );
     }
 }

@@ -102,8 +102,8 @@ impl<T: AsRef<[u8]> + ?Sized> PartialEq<T> for Body {
 
 /// A request's headers, in the order sent, names keeping their case. All
 /// names and values share one buffer: two allocations per request instead
-/// of two per header, and none when the connection's last request's
-/// buffers are reused ([`Reader::recycle`]).
+/// of two per header, and none when an answered request's buffers are
+/// reused from the core's pool ([`Reader::recycle`], `buffers::take_request`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Headers {
     text: String,
@@ -150,6 +150,11 @@ impl Headers {
         self.text.clear();
         self.spans.clear();
         self.present = 0;
+    }
+
+    /// Whether nothing of a request is left: no header, no text, no bit.
+    fn is_clear(&self) -> bool {
+        self.spans.is_empty() && self.text.is_empty() && self.present == 0
     }
 
     /// Bytes held by the list's buffers.
@@ -295,12 +300,14 @@ impl Hangup {
 }
 
 impl Request {
-    /// Whether it holds nothing of a request: as `Reader::recycle` leaves
-    /// it for the core's pool (`buffers::give_request`).
+    /// Whether it holds nothing of a request, every field as
+    /// `Reader::recycle` leaves it for the core's pool
+    /// (`buffers::give_request`).
     pub fn is_empty(&self) -> bool {
         self.method.is_empty()
             && self.target.is_empty()
-            && self.headers.is_empty()
+            && !self.http10
+            && self.headers.is_clear()
             && self.body.is_empty()
             && self.hangup.is_none()
     }
@@ -885,11 +892,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
     /// body's buffer goes back to the core ([`Body`]).
     pub fn recycle(&mut self, mut req: Request) {
         // Destructured, so a field added to `Request` fails to compile here
-        // until it is reset too (`http10` is always overwritten).
+        // until it is reset too.
         let Request {
             method,
             target,
-            http10: _,
+            http10,
             headers,
             body,
             hangup,
@@ -899,6 +906,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
         body.give_back();
         method.clear();
         target.clear();
+        *http10 = false;
         headers.clear();
         *hangup = None;
         crate::buffers::give_request(req);
@@ -1367,11 +1375,18 @@ mod tests {
     fn a_recycled_request_carries_nothing_into_the_next() {
         let raw = b"POST /first?x=1 HTTP/1.0\r\nHost: h\r\nConnection: close\r\nX-Old: 1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
         let mut r = reader(raw, 4096);
-        let first = block_on(r.next_request()).unwrap().unwrap();
+        let mut first = block_on(r.next_request()).unwrap().unwrap();
         assert_eq!((&*first.body.bytes(), first.http10), (&b"hello"[..], true));
         assert!(!first.keep_alive());
+        first.hangup = Some(Rc::new(Hangup::default()));
+        let (first_target, first_text) = (first.target.as_ptr(), first.headers.text.as_ptr());
         r.recycle(first);
         let second = block_on(r.next_request()).unwrap().unwrap();
+        // The same buffers, through the core's pool.
+        assert_eq!(
+            (second.target.as_ptr(), second.headers.text.as_ptr()),
+            (first_target, first_text)
+        );
         assert_eq!((second.method.as_str(), second.target.as_str()), ("GET", "/b"));
         assert!(second.body.is_empty() && !second.http10 && second.hangup.is_none());
         assert_eq!(second.headers.len(), 1);
