@@ -133,16 +133,14 @@ pub trait Op: Sized {
     async fn run<D: Disk>(self, ctx: &Ctx<D>, req: &Request, t: &Target<'_>) -> Result<Response, ApiError>;
 }
 
-/// Authorizes, checks the body headers, parses and runs one operation.
-async fn go<O: Op, D: Disk>(
-    ctx: &Ctx<D>,
-    req: &Request,
-    t: &Target<'_>,
-    who: &Principal<'_>,
-) -> Result<Response, ApiError> {
+/// Authorizes, checks the body headers and parses one operation, which
+/// the registry then runs. Not itself async: as a step of its own around
+/// the operation's future it was one more state every request wrote into
+/// its connection's task and read back after the commit's wait.
+fn prepare<O: Op>(req: &Request, t: &Target<'_>, who: &Principal<'_>) -> Result<O, ApiError> {
     crate::auth::authorize(who, &O::NEEDS)?;
     check_body_headers(req)?;
-    O::parse(req, t)?.run(ctx, req, t).await
+    O::parse(req, t)
 }
 
 /// The registry: one line per operation.
@@ -160,24 +158,88 @@ pub async fn run<D: Disk>(
         return Err(ApiError::body_too_large(crate::limits::MAX_BODY_BYTES));
     }
     match op {
-        ListQueues => go::<list_queues::ListQueues, D>(ctx, req, t, who).await,
-        GetServiceProperties => go::<get_service_properties::GetServiceProperties, D>(ctx, req, t, who).await,
-        SetServiceProperties => go::<set_service_properties::SetServiceProperties, D>(ctx, req, t, who).await,
-        GetServiceStats => go::<get_service_stats::GetServiceStats, D>(ctx, req, t, who).await,
-        CreateQueue => go::<create_queue::CreateQueue, D>(ctx, req, t, who).await,
-        DeleteQueue => go::<delete_queue::DeleteQueue, D>(ctx, req, t, who).await,
-        GetQueueMetadata => go::<get_queue_metadata::GetQueueMetadata, D>(ctx, req, t, who).await,
-        SetQueueMetadata => go::<set_queue_metadata::SetQueueMetadata, D>(ctx, req, t, who).await,
-        GetQueueAcl => go::<get_queue_acl::GetQueueAcl, D>(ctx, req, t, who).await,
-        SetQueueAcl => go::<set_queue_acl::SetQueueAcl, D>(ctx, req, t, who).await,
-        PutMessage => go::<put_message::PutMessage, D>(ctx, req, t, who).await,
-        GetMessages => go::<get_messages::GetMessages, D>(ctx, req, t, who).await,
-        PeekMessages => go::<peek_messages::PeekMessages, D>(ctx, req, t, who).await,
-        ClearMessages => go::<clear_messages::ClearMessages, D>(ctx, req, t, who).await,
-        DeleteMessage => go::<delete_message::DeleteMessage, D>(ctx, req, t, who).await,
-        UpdateMessage => go::<update_message::UpdateMessage, D>(ctx, req, t, who).await,
-        DeleteMessageBatch => go::<delete_message_batch::DeleteMessageBatch, D>(ctx, req, t, who).await,
-        PutMessageBatch => go::<put_message_batch::PutMessageBatch, D>(ctx, req, t, who).await,
+        ListQueues => prepare::<list_queues::ListQueues>(req, t, who)?.run(ctx, req, t).await,
+        GetServiceProperties => {
+            prepare::<get_service_properties::GetServiceProperties>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        SetServiceProperties => {
+            prepare::<set_service_properties::SetServiceProperties>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        GetServiceStats => {
+            prepare::<get_service_stats::GetServiceStats>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        CreateQueue => {
+            prepare::<create_queue::CreateQueue>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        DeleteQueue => {
+            prepare::<delete_queue::DeleteQueue>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        GetQueueMetadata => {
+            prepare::<get_queue_metadata::GetQueueMetadata>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        SetQueueMetadata => {
+            prepare::<set_queue_metadata::SetQueueMetadata>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        GetQueueAcl => {
+            prepare::<get_queue_acl::GetQueueAcl>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        SetQueueAcl => {
+            prepare::<set_queue_acl::SetQueueAcl>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        PutMessage => prepare::<put_message::PutMessage>(req, t, who)?.run(ctx, req, t).await,
+        GetMessages => {
+            prepare::<get_messages::GetMessages>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        PeekMessages => {
+            prepare::<peek_messages::PeekMessages>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        ClearMessages => {
+            prepare::<clear_messages::ClearMessages>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        DeleteMessage => {
+            prepare::<delete_message::DeleteMessage>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        UpdateMessage => {
+            prepare::<update_message::UpdateMessage>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        DeleteMessageBatch => {
+            prepare::<delete_message_batch::DeleteMessageBatch>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
+        PutMessageBatch => {
+            prepare::<put_message_batch::PutMessageBatch>(req, t, who)?
+                .run(ctx, req, t)
+                .await
+        }
     }
 }
 
