@@ -157,89 +157,32 @@ pub async fn run<D: Disk>(
     if req.body.len() > crate::limits::MAX_BODY_BYTES && !matches!(op, PutMessage | UpdateMessage | PutMessageBatch) {
         return Err(ApiError::body_too_large(crate::limits::MAX_BODY_BYTES));
     }
+    // One line per operation: `prepare`, then the operation's own future,
+    // awaited here rather than inside a step of its own (see `prepare`).
+    macro_rules! go {
+        ($op:ty) => {
+            prepare::<$op>(req, t, who)?.run(ctx, req, t).await
+        };
+    }
     match op {
-        ListQueues => prepare::<list_queues::ListQueues>(req, t, who)?.run(ctx, req, t).await,
-        GetServiceProperties => {
-            prepare::<get_service_properties::GetServiceProperties>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        SetServiceProperties => {
-            prepare::<set_service_properties::SetServiceProperties>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        GetServiceStats => {
-            prepare::<get_service_stats::GetServiceStats>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        CreateQueue => {
-            prepare::<create_queue::CreateQueue>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        DeleteQueue => {
-            prepare::<delete_queue::DeleteQueue>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        GetQueueMetadata => {
-            prepare::<get_queue_metadata::GetQueueMetadata>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        SetQueueMetadata => {
-            prepare::<set_queue_metadata::SetQueueMetadata>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        GetQueueAcl => {
-            prepare::<get_queue_acl::GetQueueAcl>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        SetQueueAcl => {
-            prepare::<set_queue_acl::SetQueueAcl>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        PutMessage => prepare::<put_message::PutMessage>(req, t, who)?.run(ctx, req, t).await,
-        GetMessages => {
-            prepare::<get_messages::GetMessages>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        PeekMessages => {
-            prepare::<peek_messages::PeekMessages>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        ClearMessages => {
-            prepare::<clear_messages::ClearMessages>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        DeleteMessage => {
-            prepare::<delete_message::DeleteMessage>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        UpdateMessage => {
-            prepare::<update_message::UpdateMessage>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        DeleteMessageBatch => {
-            prepare::<delete_message_batch::DeleteMessageBatch>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
-        PutMessageBatch => {
-            prepare::<put_message_batch::PutMessageBatch>(req, t, who)?
-                .run(ctx, req, t)
-                .await
-        }
+        ListQueues => go!(list_queues::ListQueues),
+        GetServiceProperties => go!(get_service_properties::GetServiceProperties),
+        SetServiceProperties => go!(set_service_properties::SetServiceProperties),
+        GetServiceStats => go!(get_service_stats::GetServiceStats),
+        CreateQueue => go!(create_queue::CreateQueue),
+        DeleteQueue => go!(delete_queue::DeleteQueue),
+        GetQueueMetadata => go!(get_queue_metadata::GetQueueMetadata),
+        SetQueueMetadata => go!(set_queue_metadata::SetQueueMetadata),
+        GetQueueAcl => go!(get_queue_acl::GetQueueAcl),
+        SetQueueAcl => go!(set_queue_acl::SetQueueAcl),
+        PutMessage => go!(put_message::PutMessage),
+        GetMessages => go!(get_messages::GetMessages),
+        PeekMessages => go!(peek_messages::PeekMessages),
+        ClearMessages => go!(clear_messages::ClearMessages),
+        DeleteMessage => go!(delete_message::DeleteMessage),
+        UpdateMessage => go!(update_message::UpdateMessage),
+        DeleteMessageBatch => go!(delete_message_batch::DeleteMessageBatch),
+        PutMessageBatch => go!(put_message_batch::PutMessageBatch),
     }
 }
 
