@@ -86,15 +86,20 @@ pub fn give_answer(mut buf: Vec<u8>) {
 
 /// An empty request to copy a head into: the last one given back (its
 /// strings' capacity kept, found empty by `give_request`), or a new one.
-pub fn take_request() -> Request {
+pub(crate) fn take_request() -> Request {
     REQUESTS.with(|p| p.borrow_mut().pop()).unwrap_or_default()
 }
 
-/// Gives back an answered request, emptied by the caller. One whose
-/// strings hold more than `MAX_KEPT_REQUEST_BYTES` together is freed.
-pub fn give_request(req: Request) {
-    debug_assert!(req.is_empty());
-    if req.capacity_bytes() > MAX_KEPT_REQUEST_BYTES {
+/// Gives back an answered request, emptied by the caller
+/// (`http::Reader::recycle`). One whose strings hold more than
+/// `MAX_KEPT_REQUEST_BYTES` together is freed, and so, in every build, is
+/// one not emptied: the next head is appended to what it holds, and a
+/// header of this request (its `Authorization`) must never reach another
+/// connection's.
+pub(crate) fn give_request(req: Request) {
+    let emptied = req.is_empty();
+    debug_assert!(emptied, "a request goes back to the pool emptied");
+    if !emptied || req.capacity_bytes() > MAX_KEPT_REQUEST_BYTES {
         return;
     }
     park(&REQUESTS, req, MAX_POOLED_REQUESTS);

@@ -100,9 +100,9 @@ pub const MAX_KEPT_REQUEST_BYTES: usize = 8 * 1024;
 /// for each request in flight at 256 connections, so up to that load none
 /// is freed and allocated again (at 256 connections with 64 kept, a put
 /// ran 2% more instructions than with each connection keeping its own).
-/// At most 256 × `MAX_KEPT_REQUEST_BYTES` (2 MiB) of strings stays with a
-/// core, beside the requests themselves (about 150 bytes each); an SDK's
-/// request holds about 1.5 KiB.
+/// At most 256 × `MAX_KEPT_REQUEST_BYTES` (2 MiB) of strings and header
+/// spans stays with a core, beside the requests themselves (about 150
+/// bytes each); an SDK's request holds about 1.5 KiB.
 pub const MAX_POOLED_REQUESTS: usize = 256;
 /// Response bytes one connection may queue for pipelined requests before
 /// they are written; while they wait to be written, no new request is read.
