@@ -62,6 +62,13 @@ struct Args {
     /// device in an open-loop run can be told from a stall of Hematite's.
     #[arg(long, default_value_t = 50)]
     slow_commit_ms: u64,
+    /// Write and fdatasync each group on the executor's own thread instead
+    /// of glommio's blocking pool. Only for counting instructions under
+    /// valgrind (bench/instructions --ceiling), which runs one thread at a
+    /// time and starves the pool's thread: as slow as it is, it is the
+    /// same request path. Never for timing.
+    #[arg(long)]
+    sync_inline: bool,
 }
 
 /// The device's write unit: commits start and end on it (O_DIRECT).
@@ -98,6 +105,7 @@ async fn serve(args: Args) -> std::io::Result<()> {
             args.ring_mib << 20,
             args.fresh_files,
             std::time::Duration::from_millis(args.slow_commit_ms),
+            args.sync_inline,
         )?)),
         None => None,
     };
@@ -284,6 +292,8 @@ struct Log {
     changed: event_listener::Event,
     /// `--slow-commit-ms`.
     slow: std::time::Duration,
+    /// `--sync-inline`.
+    inline: bool,
 }
 
 impl Log {
@@ -309,7 +319,13 @@ impl Log {
         Ok(file)
     }
 
-    fn open(dir: &std::path::Path, ring: u64, fresh_files: bool, slow: std::time::Duration) -> std::io::Result<Self> {
+    fn open(
+        dir: &std::path::Path,
+        ring: u64,
+        fresh_files: bool,
+        slow: std::time::Duration,
+        inline: bool,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = if fresh_files {
             Self::fallocated(&dir.join("0.log"), ring)?
@@ -337,6 +353,7 @@ impl Log {
             committing: Cell::new(false),
             changed: event_listener::Event::new(),
             slow,
+            inline,
         })
     }
 
@@ -401,16 +418,19 @@ impl Log {
         }
         self.pos.set(at + buf.len() as u64);
         let file = self.file.borrow().clone();
-        let (write, sync) = glommio::executor()
-            .spawn_blocking(move || -> std::io::Result<(std::time::Duration, std::time::Duration)> {
-                let t = std::time::Instant::now();
-                file.write_all_at(buf.as_slice(), at)?;
-                let write = t.elapsed();
-                file.sync_data()?;
-                Ok((write, t.elapsed().saturating_sub(write)))
-            })
-            .await
-            .unwrap_or_else(|e| fail("a group commit", e));
+        let write_and_sync = move || -> std::io::Result<(std::time::Duration, std::time::Duration)> {
+            let t = std::time::Instant::now();
+            file.write_all_at(buf.as_slice(), at)?;
+            let write = t.elapsed();
+            file.sync_data()?;
+            Ok((write, t.elapsed().saturating_sub(write)))
+        };
+        let done = if self.inline {
+            write_and_sync()
+        } else {
+            glommio::executor().spawn_blocking(write_and_sync).await
+        };
+        let (write, sync) = done.unwrap_or_else(|e| fail("a group commit", e));
         let took = started.elapsed();
         if took >= self.slow {
             // The same fields as Hematite's "slow group commit", with the
