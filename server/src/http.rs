@@ -1534,6 +1534,21 @@ mod tests {
         assert_eq!(block_on(r.next_request()).unwrap_err().0, FrameError::Incomplete);
     }
 
+    /// RFC 9110 §8.6: a list of one repeated length is that length.
+    #[test]
+    fn a_content_length_list_of_one_length_is_that_length() {
+        for cl in ["5", "5, 5", "5,5", " 5 ,5", "000005"] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: {cl}\r\n\r\nhello");
+            let req = block_on(reader(raw.as_bytes(), 4096).next_request()).unwrap().unwrap();
+            assert_eq!(&*req.body.bytes(), b"hello", "{cl:?}");
+        }
+        for cl in ["5, 6", "5,", ",5", "5 5", "0x5", "1234567890123", "+5"] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: {cl}\r\n\r\nhello");
+            let err = block_on(reader(raw.as_bytes(), 4096).next_request()).unwrap_err().0;
+            assert!(matches!(err, FrameError::Bad(_)), "{cl:?}: {err:?}");
+        }
+    }
+
     #[test]
     fn chunk_sizes_that_would_overflow_are_refused() {
         // Issue 8.1: a non-empty chunk, then a size of 2^64 - 1.

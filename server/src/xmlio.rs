@@ -499,9 +499,10 @@ fn plain_text_bytes(text: &[u8]) -> Option<&str> {
 /// class is the AND of its high nibble's bits and its low nibble's. About
 /// eight instructions per 32 bytes where the compiled per-byte compares of
 /// [`plain_text_bytes_in`] took 29 (cachegrind; the scan runs over every
-/// byte of every put's text). The answer must be that function's: a test
-/// compares them on every character of the Basic Multilingual Plane and on
-/// every byte above 0x7F alone.
+/// byte of every put's text). What it finds must be that function's (which
+/// stops at a refused byte, so past one only the refusal must agree): a
+/// test compares them on every character of the Basic Multilingual Plane
+/// and on every byte value, alone and as a sequence's lead.
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -584,8 +585,10 @@ fn finish_plain_scan(text: &[u8], found: u8) -> Option<&str> {
     let text = if found & SCAN_NON_ASCII == 0 {
         debug_assert!(text.is_ascii());
         // SAFETY: the scan found no byte above 0x7F: the text is ASCII, so
-        // UTF-8 (a test compares the scan's finding with `is_ascii` for
-        // every byte value at every place in and across its blocks).
+        // UTF-8. Both scans OR every byte's class into what they return,
+        // the AVX2 one each 32-byte block's and each tail byte's; a test
+        // compares the finding with `is_ascii` for every byte value at
+        // places in both halves of a block, across blocks and in the tail.
         unsafe { std::str::from_utf8_unchecked(text) }
     } else {
         simdutf8::basic::from_utf8(text).ok()?
